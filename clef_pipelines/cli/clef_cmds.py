@@ -1,0 +1,1 @@
+"""`serve` and `check`: the Clef commands (see issue 3)."""

@@ -1,0 +1,1 @@
+"""`init`, `ingest`, `query`, `inspect`, `delete`, `ui`."""

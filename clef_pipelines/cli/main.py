@@ -1,0 +1,17 @@
+"""The `clef-pipelines` command line. Each command group lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="clef-pipelines",
+    help="RAG ingestion, retrieval and evaluation on Dagster, steered by Clef.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command modules register themselves on `app` when imported.
+from clef_pipelines.cli import clef_cmds as _clef_cmds  # noqa: E402,F401
+from clef_pipelines.cli import ingest_cmds as _ingest_cmds  # noqa: E402,F401

@@ -1,0 +1,214 @@
+"""One YAML file, validated by pydantic; every setting has a default.
+
+Secrets never live here: settings name the environment variable that holds a secret
+(`api_key_env`, `dsn_env`), and the value is read from the environment (or `.env`) at use.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from clef_pipelines._strict import StrictModel
+from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.stores.config import StoreConfig
+
+CONFIG_ENV = "CLEF_PIPELINES_CONFIG"
+DEFAULT_CONFIG_NAME = "clef-pipelines.yaml"
+
+
+class ConfigError(ValueError):
+    """The config file is missing, unreadable or invalid; the message names file and field."""
+
+
+class SourceConfig(StrictModel):
+    """A source of documents: a folder of files, or a JSONL file with one document a line."""
+
+    name: str = Field(description="Partition key: letters, digits, '-', '_' and '.'.")
+    path: str = Field(description="Folder or .jsonl file, relative to the config file.")
+    kind: Literal["auto", "folder", "jsonl"] = "auto"
+    include: list[str] = Field(
+        default_factory=lambda: ["**/*.md", "**/*.markdown", "**/*.txt", "**/*.rst",
+                                 "**/*.html", "**/*.htm", "**/*.pdf", "**/*.docx"],
+        description="Glob patterns of files to ingest from a folder.",
+    )
+    exclude: list[str] = Field(default_factory=list)
+    collection: str | None = Field(None, description="Target collection; default the global one.")
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, v: str) -> str:
+        import re
+
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v):
+            raise ValueError(
+                f"source name {v!r} must start with a letter or digit and hold only "
+                "letters, digits, '.', '_' and '-'"
+            )
+        return v
+
+
+class ParsingConfig(StrictModel):
+    max_file_bytes: int = Field(20_000_000, description="Larger files fail with 'oversize'.")
+    encodings: list[str] = Field(
+        default_factory=lambda: ["utf-8"],
+        description="Encodings tried in order; a file none decodes fails with 'encoding'.",
+    )
+
+
+class ChunkingConfig(StrictModel):
+    strategy: Literal["structural", "fixed"] = "structural"
+    min_tokens: int = Field(40, ge=1)
+    target_tokens: int = Field(220, ge=8)
+    max_tokens: int = Field(400, ge=16)
+    overlap_tokens: int = Field(40, ge=0, description="Overlap between fixed chunks.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ChunkingConfig:
+        if not (self.min_tokens <= self.target_tokens <= self.max_tokens):
+            raise ValueError("chunking needs min_tokens <= target_tokens <= max_tokens")
+        if self.overlap_tokens >= self.target_tokens:
+            raise ValueError("chunking.overlap_tokens must be below target_tokens")
+        return self
+
+
+class EmbedderConfig(StrictModel):
+    kind: Literal["minilm", "hash", "openai"] = "minilm"
+    model: str | None = Field(None, description="Model name (openai kind); fixed for the others.")
+    dimension: int | None = Field(None, description="Vector size (hash, openai); minilm is 384.")
+    batch_size: int = Field(64, ge=1)
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL (openai kind).")
+    api_key_env: str | None = Field(None, description="Env variable with the API key (openai).")
+    timeout_s: float = 60.0
+
+
+class Settings(StrictModel):
+    data_dir: str = Field(".clef", description="Where stores, caches and intermediates live.")
+    collection: str = Field("docs", description="Default collection name.")
+    sources: list[SourceConfig] = Field(default_factory=list)
+    parsing: ParsingConfig = ParsingConfig()
+    chunking: ChunkingConfig = ChunkingConfig()
+    embedder: EmbedderConfig = EmbedderConfig()
+    store: StoreConfig = StoreConfig()
+    clef: ClefConfig = ClefConfig()
+    refresh_cron: str = Field("0 3 * * *", description="Schedule that refreshes every source.")
+
+    # Where the file was loaded from: relative paths resolve against its folder.
+    base_dir: str = Field(".", exclude=True)
+
+    @field_validator("sources")
+    @classmethod
+    def _unique_sources(cls, v: list[SourceConfig]) -> list[SourceConfig]:
+        names = [s.name for s in v]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"source names must be unique; repeated: {', '.join(dupes)}")
+        return v
+
+    def resolve(self, path: str) -> Path:
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (Path(self.base_dir) / p).resolve()
+
+    @property
+    def data_path(self) -> Path:
+        return self.resolve(self.data_dir)
+
+    def source(self, name: str) -> SourceConfig:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        known = ", ".join(s.name for s in self.sources) or "none"
+        raise ConfigError(f"unknown source {name!r} (configured: {known})")
+
+    def collection_of(self, source: SourceConfig) -> str:
+        return source.collection or self.collection
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """Walk a validation error location down the model tree to the model that owns it."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return current
+        ann = field.annotation
+        args = getattr(ann, "__args__", ()) or ()
+        candidates = [ann, *args]
+        nxt = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+        current = nxt
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def explain_validation_error(err: ValidationError, model: type[BaseModel], origin: str) -> str:
+    """Turn pydantic errors into lines naming the file, the dotted field and a suggestion."""
+    lines = [f"invalid configuration in {origin}:"]
+    for e in err.errors():
+        loc = tuple(e.get("loc", ()))
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        if e.get("type") == "extra_forbidden":
+            owner = _model_at(model, loc[:-1])
+            key = str(loc[-1])
+            hint = ""
+            if owner is not None:
+                close = difflib.get_close_matches(key, list(owner.model_fields), n=1, cutoff=0.5)
+                if close:
+                    prefix = ".".join(str(p) for p in loc[:-1])
+                    hint = f"; did you mean '{prefix + '.' if prefix else ''}{close[0]}'?"
+            lines.append(f"  unknown key '{dotted}'{hint}")
+        else:
+            lines.append(f"  {dotted}: {e.get('msg')}")
+    return "\n".join(lines)
+
+
+def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The config file to use: explicit, else $CLEF_PIPELINES_CONFIG, else ./clef-pipelines.yaml."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return Path(env)
+    here = Path.cwd() / DEFAULT_CONFIG_NAME
+    return here if here.exists() else None
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """Load and validate the config; with no file at all, every default applies."""
+    cfg_path = find_config_file(path)
+    if cfg_path is None:
+        return Settings(base_dir=str(Path.cwd()))
+    if not cfg_path.exists():
+        raise ConfigError(f"config file not found: {cfg_path}")
+    try:
+        raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config file {cfg_path}: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {cfg_path} must hold a mapping at the top level")
+    return settings_from_dict(raw, origin=str(cfg_path), base_dir=cfg_path.resolve().parent)
+
+
+def settings_from_dict(
+    raw: dict[str, Any], *, origin: str = "<dict>", base_dir: str | os.PathLike[str] | None = None
+) -> Settings:
+    if "base_dir" in raw:
+        raise ConfigError(f"invalid configuration in {origin}:\n  unknown key 'base_dir'")
+    try:
+        return Settings(**raw, base_dir=str(base_dir or Path.cwd()))
+    except ValidationError as exc:
+        raise ConfigError(explain_validation_error(exc, Settings, origin)) from None
+
+
+def settings_yaml(settings: Settings) -> str:
+    """The YAML text of a settings object (used by `init`)."""
+    return yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,137 @@
+"""The vector store interface every adapter implements, and the types it speaks.
+
+Records are flat dicts: ``id`` (a UUID string, valid in every store), ``vector`` (a sequence
+of floats or a 1-d numpy array) and scalar payload fields (str, int, float, bool or None).
+Filters use the portable language in `clef_pipelines.stores.filters`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Metric = Literal["cosine", "l2", "dot"]
+FieldType = Literal["str", "int", "float", "bool"]
+Record = dict[str, Any]
+Filter = dict[str, Any]
+
+#: Every record carries this boolean; queries skip True unless asked to include them.
+QUARANTINE_FIELD = "quarantined"
+
+
+class StoreError(RuntimeError):
+    """A store operation failed or was refused; the message says which collection and why."""
+
+
+@dataclass(frozen=True)
+class CollectionSpec:
+    """What a collection holds: vector size, metric, and the payload fields with their types.
+
+    ``filter_fields`` are the payload fields that get an index (scalar, payload or B-tree).
+    """
+
+    name: str
+    dimension: int
+    metric: Metric = "cosine"
+    fields: dict[str, FieldType] = field(default_factory=dict)
+    filter_fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One query result: similarity in [0, 1] (higher is better) and the engine's raw score."""
+
+    id: str
+    score: float
+    raw_score: float
+    record: Record
+
+
+def normalise_score(metric: Metric, raw_distance: float) -> float:
+    """Map a distance to a similarity in [0, 1]: cosine 1 - d (clipped), L2 1 / (1 + d),
+    dot product (1 + d) / 2 on unit vectors (clipped)."""
+    if metric == "cosine":
+        return min(1.0, max(0.0, 1.0 - raw_distance))
+    if metric == "l2":
+        return 1.0 / (1.0 + max(0.0, raw_distance))
+    # dot: raw value is the inner product, higher is better
+    return min(1.0, max(0.0, (1.0 + raw_distance) / 2.0))
+
+
+class VectorStore(ABC):
+    """A small base class; one file per backend; all held to tests/stores/test_conformance.py."""
+
+    kind: str = "base"
+
+    @abstractmethod
+    def ensure_collection(self, spec: CollectionSpec) -> None:
+        """Create the collection if missing; refuse (StoreError) if it exists with another
+        dimension or metric."""
+
+    @abstractmethod
+    def has_collection(self, name: str) -> bool: ...
+
+    @abstractmethod
+    def list_collections(self) -> list[str]: ...
+
+    @abstractmethod
+    def upsert(self, collection: str, records: Sequence[Record]) -> int:
+        """Insert or replace by id; returns the number of records written."""
+
+    @abstractmethod
+    def delete(
+        self, collection: str, *, ids: Sequence[str] | None = None, where: Filter | None = None
+    ) -> int:
+        """Delete by ids, or by filter (or both: ids AND filter); returns the number deleted."""
+
+    @abstractmethod
+    def get(self, collection: str, ids: Sequence[str], *, with_vectors: bool = False) -> list[Record]:
+        """The records with these ids that exist (missing ids are skipped), any order."""
+
+    @abstractmethod
+    def scan(
+        self,
+        collection: str,
+        *,
+        where: Filter | None = None,
+        fields: Sequence[str] | None = None,
+    ) -> Iterator[Record]:
+        """Every record matching the filter (quarantined included), with ``id`` and the given
+        payload fields (all payload fields when None), without vectors."""
+
+    def list_ids(self, collection: str, *, where: Filter | None = None) -> list[str]:
+        return [r["id"] for r in self.scan(collection, where=where, fields=[])]
+
+    def count(self, collection: str, *, where: Filter | None = None) -> int:
+        return sum(1 for _ in self.scan(collection, where=where, fields=[]))
+
+    @abstractmethod
+    def query(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        """The top_k nearest records matching the filter, best first."""
+
+    @abstractmethod
+    def get_manifest(self, collection: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def put_manifest(self, collection: str, manifest: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def drop(self, collection: str) -> None:
+        """Remove the collection and its manifest; a missing collection is not an error."""
+
+    def maintain(self, collection: str) -> dict[str, Any]:
+        """Housekeeping after a sync (index build, compaction); returns what was done."""
+        return {}
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
