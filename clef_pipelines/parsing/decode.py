@@ -1,0 +1,53 @@
+"""Raw bytes -> text, with the per-document failure reasons (binary, encoding, empty)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from clef_pipelines.parsing.models import ParseError
+
+# Bytes that never occur in text (controls other than tab, newlines, form feed, escape).
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27))
+_SNIFF = 8192
+
+
+def looks_binary(raw: bytes) -> bool:
+    """NUL bytes, or more than 10% control bytes in the first 8 KiB."""
+    head = raw[:_SNIFF]
+    if b"\x00" in head:
+        return True
+    if not head:
+        return False
+    controls = len(head) - len(head.translate(None, _CONTROL_BYTES))
+    return controls / len(head) > 0.10
+
+
+def decode_text(raw: bytes, encodings: Sequence[str], name: str) -> str:
+    """Decode with the first encoding that works; raise ParseError naming `name` otherwise."""
+    if not raw.strip():
+        raise ParseError("empty", f"{name}: the document is empty")
+    if looks_binary(raw):
+        raise ParseError("binary", f"{name}: looks like a binary file, not text")
+    errors: list[str] = []
+    for enc in encodings:
+        try:
+            text = raw.decode(enc)
+        except (UnicodeDecodeError, LookupError) as exc:
+            errors.append(f"{enc}: {exc.__class__.__name__}")
+            continue
+        # Drop a byte-order mark; offsets then count from the first real character.
+        text = text.removeprefix("\ufeff")
+        if not text.strip():
+            raise ParseError("empty", f"{name}: the document holds only whitespace")
+        return text
+    tried = ", ".join(encodings)
+    raise ParseError("encoding", f"{name}: cannot be decoded with {tried} ({'; '.join(errors)})")
+
+
+def check_text(text: str, name: str) -> str:
+    """The same checks for text that arrives already decoded (a JSONL field)."""
+    if not text.strip():
+        raise ParseError("empty", f"{name}: the document text is empty")
+    if "\x00" in text[:_SNIFF]:
+        raise ParseError("binary", f"{name}: the text holds NUL characters")
+    return text

@@ -1,0 +1,337 @@
+"""Sources -> documents, one result per document so one broken document fails alone.
+
+`iter_source_entries` lists a source cheaply: for each document its id, URI, format and the
+sha256 of its raw bytes (JSONL: of the record's canonical JSON), or the error that stops it,
+without decoding or parsing. An entry is loaded into a `Document` later, with `entry.load()`,
+and only if its hash shows it changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clef_pipelines.config import ParsingConfig, SourceConfig
+from clef_pipelines.parsing.decode import check_text, decode_text
+from clef_pipelines.parsing.globs import matches
+from clef_pipelines.parsing.models import (
+    TEXT_FORMATS,
+    DocFormat,
+    Document,
+    MetaValue,
+    ParseError,
+)
+from clef_pipelines.records import sha256_hex
+
+#: File suffix -> document format.
+SUFFIX_FORMATS: dict[str, DocFormat] = {
+    ".md": "md",
+    ".markdown": "md",
+    ".txt": "txt",
+    ".text": "txt",
+    ".rst": "rst",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".docx": "docx",
+}
+_JSONL_SUFFIXES = (".jsonl", ".ndjson")
+_RECORD_FORMATS = ("md", "txt", "rst", "html")
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """One document of a source, listed but not yet decoded or parsed."""
+
+    source: str
+    doc_id: str
+    source_uri: str
+    format: DocFormat | None
+    #: sha256 hex of the raw bytes (JSONL: of the record's canonical JSON); None on error.
+    raw_hash: str | None
+    #: Why the document cannot be ingested, found while listing (None when it looks fine).
+    error: ParseError | None = None
+    _load: Callable[[ParsingConfig | None], Document] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def load(self, parsing_cfg: ParsingConfig | None = None) -> Document:
+        """Decode into a Document; raises ParseError (the listing error, or a new one).
+
+        Without `parsing_cfg`, the settings the source was listed with apply.
+        """
+        if self.error is not None:
+            raise self.error
+        assert self._load is not None
+        return self._load(parsing_cfg)
+
+
+def resolve_source_path(source_cfg: SourceConfig, base_dir: str | os.PathLike[str]) -> Path:
+    p = Path(source_cfg.path).expanduser()
+    return p if p.is_absolute() else (Path(base_dir) / p)
+
+
+def iter_source_entries(
+    source_cfg: SourceConfig,
+    base_dir: str | os.PathLike[str],
+    parsing_cfg: ParsingConfig | None = None,
+) -> Iterator[SourceEntry]:
+    """List a source's documents with their raw hashes, in a stable (sorted) order.
+
+    A missing source path raises ParseError('unreadable'): that fails the whole source, not
+    one document.
+    """
+    cfg = parsing_cfg or ParsingConfig()
+    path = resolve_source_path(source_cfg, base_dir)
+    kind = source_cfg.kind
+    if kind == "auto":
+        kind = "folder" if path.is_dir() else "jsonl"
+        if kind == "jsonl" and path.suffix.lower() not in _JSONL_SUFFIXES and path.exists():
+            raise ParseError(
+                "unsupported",
+                f"source {source_cfg.name!r}: {path} is neither a folder nor a .jsonl file",
+            )
+    if not path.exists():
+        raise ParseError("unreadable", f"source {source_cfg.name!r}: {path} does not exist")
+    if kind == "folder":
+        if not path.is_dir():
+            raise ParseError("unreadable", f"source {source_cfg.name!r}: {path} is not a folder")
+        yield from _folder_entries(source_cfg, path, cfg)
+    else:
+        yield from _jsonl_entries(source_cfg, path, cfg)
+
+
+# --- folders -------------------------------------------------------------------------------
+
+
+def _folder_entries(
+    source_cfg: SourceConfig, root: Path, cfg: ParsingConfig
+) -> Iterator[SourceEntry]:
+    candidates: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        here = Path(dirpath)
+        # Folders whose name matches an include pattern are reported (as unreadable):
+        # someone meant a file there.
+        for name in [*filenames, *dirnames]:
+            full = here / name
+            rel = full.relative_to(root).as_posix()
+            if matches(rel, source_cfg.include) and not matches(rel, source_cfg.exclude):
+                candidates.append((rel, full))
+    for rel, full in sorted(candidates):
+        yield _file_entry(source_cfg.name, rel, full, cfg)
+
+
+def _file_uri(path: Path) -> str:
+    return path.absolute().as_uri()
+
+
+def _file_entry(source: str, rel: str, full: Path, cfg: ParsingConfig) -> SourceEntry:
+    uri = _file_uri(full)
+    fmt = SUFFIX_FORMATS.get(full.suffix.lower())
+
+    def failed(err: ParseError) -> SourceEntry:
+        return SourceEntry(source, rel, uri, fmt, None, err)
+
+    if fmt is None:
+        return failed(
+            ParseError(
+                "unsupported", f"{rel}: no parser for {full.suffix or 'files without a suffix'!r}"
+            )
+        )
+    if full.is_symlink() and not full.exists():
+        return failed(ParseError("unreadable", f"{rel}: broken symbolic link"))
+    if full.is_dir():
+        return failed(ParseError("unreadable", f"{rel}: is a folder, not a file"))
+    try:
+        size = full.stat().st_size
+        if size > cfg.max_file_bytes:
+            return failed(
+                ParseError("oversize", f"{rel}: {size} bytes, over the {cfg.max_file_bytes} limit")
+            )
+        raw = full.read_bytes()
+    except OSError as exc:
+        return failed(ParseError("unreadable", f"{rel}: cannot read ({exc.strerror or exc})"))
+    if len(raw) > cfg.max_file_bytes:  # grew since stat
+        return failed(ParseError("oversize", f"{rel}: over the {cfg.max_file_bytes} byte limit"))
+    digest = sha256_hex(raw)
+
+    def load(override: ParsingConfig | None) -> Document:
+        parsing_cfg = override or cfg
+        # Re-read rather than keep every file's bytes in memory between listing and loading.
+        try:
+            data = full.read_bytes()
+        except OSError as exc:
+            raise ParseError("unreadable", f"{rel}: cannot read ({exc.strerror or exc})") from exc
+        if len(data) > parsing_cfg.max_file_bytes:
+            raise ParseError("oversize", f"{rel}: over the {parsing_cfg.max_file_bytes} byte limit")
+        content: str | bytes
+        if fmt in TEXT_FORMATS:
+            content = decode_text(data, parsing_cfg.encodings, rel)
+        else:
+            if not data.strip():
+                raise ParseError("empty", f"{rel}: the document is empty")
+            content = data
+        doc = Document(
+            doc_id=rel,
+            source_uri=uri,
+            title="",
+            content=content,
+            format=fmt,
+            metadata={"path": rel},
+            raw_hash=sha256_hex(data),
+        )
+        doc.title = _first_heading(doc) or full.stem
+        return doc
+
+    return SourceEntry(source, rel, uri, fmt, digest, None, load)
+
+
+def _first_heading(doc: Document) -> str:
+    from clef_pipelines.parsing.parse import parse_blocks
+
+    # Parsing once here finds the title; the blocks are kept on the document for reuse.
+    for block in parse_blocks(doc):
+        if block.kind == "heading":
+            return block.text
+    return ""
+
+
+# --- JSONL ---------------------------------------------------------------------------------
+
+
+def _metadata(raw: Any, where: str) -> dict[str, MetaValue]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ParseError("malformed", f"{where}: 'metadata' must be an object")
+    out: dict[str, MetaValue] = {}
+    for k, v in raw.items():
+        if v is None:
+            continue
+        if isinstance(v, str | int | float | bool):
+            out[str(k)] = v
+        else:  # lists and objects are kept, as JSON text
+            out[str(k)] = json.dumps(v, ensure_ascii=False, sort_keys=True)
+    return out
+
+
+def _jsonl_entries(
+    source_cfg: SourceConfig, path: Path, cfg: ParsingConfig
+) -> Iterator[SourceEntry]:
+    file_uri = _file_uri(path)
+    name = path.name
+    seen: set[str] = set()
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise ParseError(
+            "unreadable", f"source {source_cfg.name!r}: cannot read {path} ({exc.strerror or exc})"
+        ) from exc
+    with fh:
+        for lineno, raw_line in enumerate(fh, start=1):
+            if not raw_line.strip():
+                continue
+            where = f"{name} line {lineno}"
+            entry = _jsonl_entry(source_cfg, raw_line, where, lineno, file_uri, cfg, seen)
+            yield entry
+
+
+def _jsonl_entry(
+    source_cfg: SourceConfig,
+    raw_line: bytes,
+    where: str,
+    lineno: int,
+    file_uri: str,
+    cfg: ParsingConfig,
+    seen: set[str],
+) -> SourceEntry:
+    fallback_id = f"{where.split(' line ')[0]}#L{lineno}"
+
+    def failed(err: ParseError, doc_id: str = fallback_id) -> SourceEntry:
+        return SourceEntry(source_cfg.name, doc_id, f"{file_uri}#L{lineno}", None, None, err)
+
+    if len(raw_line) > cfg.max_file_bytes:
+        return failed(ParseError("oversize", f"{where}: {len(raw_line)} bytes, over the limit"))
+    try:
+        line = decode_text(raw_line, cfg.encodings, where)
+        record = json.loads(line)
+    except ParseError as exc:
+        return failed(exc)
+    except json.JSONDecodeError as exc:
+        return failed(
+            ParseError("malformed", f"{where}: invalid JSON ({exc.msg}, column {exc.colno})")
+        )
+    if not isinstance(record, dict):
+        return failed(ParseError("malformed", f"{where}: a line must hold a JSON object"))
+    raw_id = record.get("id", record.get("_id"))
+    if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
+        return failed(ParseError("malformed", f"{where}: no 'id' or '_id' field"))
+    doc_id = str(raw_id)
+    uri = f"{file_uri}#{doc_id}"
+    if doc_id in seen:
+        return failed(ParseError("malformed", f"{where}: duplicate id {doc_id!r}"), doc_id)
+    seen.add(doc_id)
+    text = record.get("text")
+    if not isinstance(text, str):
+        what = "no 'text' field" if text is None else "'text' must be a string"
+        return failed(ParseError("malformed", f"{where}: {what} (id {doc_id!r})"), doc_id)
+    fmt = record.get("format", "txt")
+    if fmt not in _RECORD_FORMATS:
+        return failed(
+            ParseError("unsupported", f"{where}: format {fmt!r} not one of {_RECORD_FORMATS}"),
+            doc_id,
+        )
+    try:
+        metadata = _metadata(record.get("metadata"), where)
+        check_text(text, where)
+    except ParseError as exc:
+        return failed(exc, doc_id)
+    title = record.get("title")
+    title = title.strip() if isinstance(title, str) else ""
+    canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    digest = sha256_hex(canonical)
+
+    def load(_override: ParsingConfig | None) -> Document:
+        doc = Document(
+            doc_id=doc_id,
+            source_uri=uri,
+            title=title,
+            content=text,
+            format=fmt,
+            metadata=metadata,
+            raw_hash=digest,
+        )
+        if not doc.title:
+            doc.title = _first_heading(doc) or doc_id
+        return doc
+
+    return SourceEntry(source_cfg.name, doc_id, uri, fmt, digest, None, load)
+
+
+def load_file(path: str | os.PathLike[str], parsing_cfg: ParsingConfig | None = None) -> Document:
+    """Load one file (doc_id = its file name); raises ParseError."""
+    full = Path(path)
+    entry = _file_entry("file", full.name, full, parsing_cfg or ParsingConfig())
+    return entry.load()
+
+
+def load_documents(
+    source_cfg: SourceConfig,
+    base_dir: str | os.PathLike[str],
+    parsing_cfg: ParsingConfig | None = None,
+) -> Iterator[Document | ParseError]:
+    """Every document of a source, or the error that stopped it (convenience for scripts)."""
+    for entry in iter_source_entries(source_cfg, base_dir, parsing_cfg):
+        try:
+            yield entry.load(parsing_cfg)
+        except ParseError as exc:
+            yield exc

@@ -1,0 +1,81 @@
+"""Plain types at the parsing edge: documents in, blocks out, and the one error type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+DocFormat = Literal["md", "txt", "rst", "html", "pdf", "docx"]
+BlockKind = Literal["heading", "paragraph", "list_item", "table", "code", "quote"]
+ErrorReason = Literal[
+    "unreadable", "binary", "empty", "encoding", "oversize", "malformed", "unsupported"
+]
+MetaValue = str | int | float | bool
+
+#: Formats whose content is text (decoded with ParsingConfig.encodings); the others are bytes.
+TEXT_FORMATS: frozenset[str] = frozenset({"md", "txt", "rst", "html"})
+
+
+class ParseError(ValueError):
+    """One document could not be read or parsed.
+
+    `reason` is a short machine code (see `ErrorReason`); the message names the file (and the
+    line, for a JSONL source) so a person can find and fix it.
+    """
+
+    def __init__(self, reason: ErrorReason, message: str) -> None:
+        super().__init__(message)
+        self.reason: ErrorReason = reason
+        self.message = message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep `reason` across pickling (Dagster and multiprocessing pickle exceptions).
+        return (ParseError, (self.reason, self.message))
+
+
+@dataclass(slots=True)
+class Document:
+    """One source document.
+
+    `content` is the decoded text for md/txt/rst/html and the raw bytes for pdf/docx. Block
+    offsets refer to `content` for text formats (a UTF-8 BOM is dropped when decoding, so
+    offset 0 is the first character after it) and to the extracted text for pdf/docx.
+    """
+
+    doc_id: str
+    source_uri: str
+    title: str
+    content: str | bytes
+    format: DocFormat
+    metadata: dict[str, MetaValue] = field(default_factory=dict)
+    #: sha256 of the raw bytes (for JSONL: of the record's canonical JSON).
+    raw_hash: str = ""
+    # Blocks parsed while loading (to find the title), reused by `parse_document`.
+    _blocks: list[Block] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, bytes):
+            raise TypeError(f"{self.doc_id}: a {self.format} document has bytes, not text")
+        return self.content
+
+
+@dataclass(slots=True)
+class Block:
+    """A structural piece of a document.
+
+    `heading_path` lists the headings above the block (for a heading: its parents plus
+    itself). `char_start`/`char_end` delimit the block's source span in the original text
+    (-1/-1 when unknown, e.g. HTML text that could not be found verbatim). `verbatim` is true
+    when `text == original[char_start:char_end]`, which lets chunkers compute exact offsets
+    of sentences inside the block.
+    """
+
+    kind: BlockKind
+    text: str
+    heading_path: list[str]
+    level: int
+    char_start: int
+    char_end: int
+    order: int = 0
+    verbatim: bool = False
