@@ -33,8 +33,16 @@ class SourceConfig(StrictModel):
     path: str = Field(description="Folder or .jsonl file, relative to the config file.")
     kind: Literal["auto", "folder", "jsonl"] = "auto"
     include: list[str] = Field(
-        default_factory=lambda: ["**/*.md", "**/*.markdown", "**/*.txt", "**/*.rst",
-                                 "**/*.html", "**/*.htm", "**/*.pdf", "**/*.docx"],
+        default_factory=lambda: [
+            "**/*.md",
+            "**/*.markdown",
+            "**/*.txt",
+            "**/*.rst",
+            "**/*.html",
+            "**/*.htm",
+            "**/*.pdf",
+            "**/*.docx",
+        ],
         description="Glob patterns of files to ingest from a folder.",
     )
     exclude: list[str] = Field(default_factory=list)
@@ -97,6 +105,7 @@ class Settings(StrictModel):
     store: StoreConfig = StoreConfig()
     clef: ClefConfig = ClefConfig()
     refresh_cron: str = Field("0 3 * * *", description="Schedule that refreshes every source.")
+    sync_batch_rows: int = Field(512, ge=1, description="Records per store upsert call.")
 
     # Where the file was loaded from: relative paths resolve against its folder.
     base_dir: str = Field(".", exclude=True)
@@ -212,3 +221,18 @@ def settings_from_dict(
 def settings_yaml(settings: Settings) -> str:
     """The YAML text of a settings object (used by `init`)."""
     return yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)
+
+
+def apply_overrides(settings: Settings, overrides: dict[str, Any]) -> Settings:
+    """Merge run-time overrides over settings: top-level keys replace, except `sources`, whose
+    entries replace the configured source of the same name or are appended."""
+    if not overrides:
+        return settings
+    merged = settings.model_dump(mode="json")
+    extra = list(overrides.get("sources") or [])
+    merged.update({k: v for k, v in overrides.items() if k != "sources"})
+    by_name = {s["name"]: s for s in extra}
+    merged["sources"] = [by_name.pop(s["name"], s) for s in merged["sources"]] + list(
+        by_name.values()
+    )
+    return settings_from_dict(merged, origin="overrides", base_dir=settings.base_dir)

@@ -1,1 +1,498 @@
-"""`init`, `ingest`, `query`, `inspect`, `delete`, `ui`."""
+"""`init`, `ingest`, `query`, `inspect`, `delete`, `ui`: the ingestion and query commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
+from clef_pipelines.cli.main import app
+from clef_pipelines.config import (
+    DEFAULT_CONFIG_NAME,
+    ConfigError,
+    Settings,
+    SourceConfig,
+    apply_overrides,
+    settings_yaml,
+)
+
+err_console = Console(stderr=True)
+
+
+def _slug(path: Path) -> str:
+    stem = path.stem if path.is_file() else path.name
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "source"
+    return slug[:100]
+
+
+def chosen_sources(
+    settings: Settings,
+    paths: list[Path] | None,
+    names: list[str] | None,
+    collection: str | None,
+) -> list[SourceConfig]:
+    """The sources a command names: paths (a configured source with the same path is reused,
+    others become ad-hoc sources named after the path), else configured names, else all."""
+    out: list[SourceConfig] = []
+    if paths:
+        taken = {s.name for s in settings.sources}
+        for path in paths:
+            if not path.exists():
+                fail(f"no such file or folder: {path}")
+            resolved = path.resolve()
+            match = next(
+                (s for s in settings.sources if settings.resolve(s.path) == resolved), None
+            )
+            if match is None:
+                name, n = _slug(resolved), 2
+                base = name
+                while name in taken:
+                    name, n = f"{base}-{n}", n + 1
+                taken.add(name)
+                kind = "jsonl" if resolved.is_file() and resolved.suffix == ".jsonl" else "auto"
+                match = SourceConfig(name=name, path=str(resolved), kind=kind)
+            out.append(match)
+    else:
+        try:
+            out = [settings.source(n) for n in names] if names else list(settings.sources)
+        except ConfigError as exc:
+            fail(str(exc))
+    if collection:
+        out = [s.model_copy(update={"collection": collection}) for s in out]
+    return out
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write the config.")] = Path(
+        DEFAULT_CONFIG_NAME
+    ),
+    source: Annotated[
+        Path | None, typer.Option(help="A folder or .jsonl file to add as the first source.")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a starter config file with every setting at its default."""
+    if path.exists() and not force:
+        fail(f"{path} exists; pass --force to overwrite it")
+    sources = []
+    if source is not None:
+        sources.append(SourceConfig(name=_slug(source), path=str(source)))
+    settings = Settings(sources=sources)
+    header = (
+        "# clef-pipelines configuration. Every key has a default; unknown keys are errors.\n"
+        "# Secrets never go here: settings ending in _env name an environment variable.\n"
+    )
+    path.write_text(header + settings_yaml(settings), encoding="utf-8")
+    console.print(f"wrote {path}")
+
+
+@app.command()
+def ingest(
+    paths: Annotated[
+        list[Path] | None,
+        typer.Argument(help="Folders or .jsonl files; default: every configured source."),
+    ] = None,
+    collection: Annotated[str | None, typer.Option(help="Target collection.")] = None,
+    source: Annotated[
+        list[str] | None, typer.Option(help="Configured source name(s) to ingest.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Show what would change; write nothing.")] = False,
+    force: Annotated[bool, typer.Option(help="Re-process every document.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Ingest sources into a collection through the Dagster job (runs show in `ui`)."""
+    settings = load_cli_settings(config)
+    sources = chosen_sources(settings, paths, source, collection)
+    if not sources:
+        fail("nothing to ingest: give a PATH, or configure sources (see `clef-pipelines init`)")
+    overrides = {"sources": [s.model_dump(mode="json") for s in sources]}
+    settings = apply_overrides(settings, overrides)
+    names = [s.name for s in sources]
+    if dry_run:
+        _dry_run(settings, names, force, as_json)
+        return
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from clef_pipelines.ingest import progress
+    from clef_pipelines.jobs.launch import run_ingestion
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=as_json or not err_console.is_terminal,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+
+        def listener(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        progress.add_listener(listener)
+        try:
+            reports = run_ingestion(
+                settings,
+                names,
+                config_path=str(config) if config else None,
+                overrides=overrides,
+                force=force,
+            )
+        finally:
+            progress.remove_listener(listener)
+    _print_reports(reports, as_json)
+    if not all(r.success for r in reports):
+        raise typer.Exit(1)
+
+
+def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -> None:
+    from clef_pipelines.embedding import make_embedder
+    from clef_pipelines.ingest.documents import (
+        pipeline_fingerprint,
+        plan_inventory,
+        status_counts,
+        stored_documents,
+    )
+    from clef_pipelines.ingest.stages import list_entries
+    from clef_pipelines.stores import open_store
+
+    store = open_store(settings.store, settings.data_path)
+    embedder = make_embedder(settings.embedder)
+    out = []
+    try:
+        for name in names:
+            src = settings.source(name)
+            coll = settings.collection_of(src)
+            inv = plan_inventory(
+                name,
+                list_entries(settings, src, pipeline_fingerprint(settings, embedder.name)),
+                stored_documents(store, coll, name),
+                force=force,
+            )
+            failed = inv.filter(inv["status"] == "failed").select("doc_id", "reason", "error")
+            out.append(
+                {
+                    "source": name,
+                    "collection": coll,
+                    "dry_run": True,
+                    "documents": status_counts(inv),
+                    "failed": failed.to_dicts(),
+                }
+            )
+    finally:
+        store.close()
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return
+    for item in out:
+        console.print(
+            f"[bold]{item['source']}[/] -> {item['collection']} (dry run, nothing written)"
+        )
+        for status, n in item["documents"].items():
+            console.print(f"  {status:10} {n}")
+        for f in item["failed"]:
+            console.print(f"  [red]failed[/] {f['doc_id']}: {f['error']}")
+
+
+def _print_reports(reports: list[Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
+        return
+    for r in reports:
+        docs = r.assets.get("source_documents", {})
+        chunks = r.assets.get("chunks", {})
+        emb = r.assets.get("embeddings", {})
+        sync = r.assets.get("store_sync", {})
+        status = "[green]ok[/]" if r.success else "[red]failed[/]"
+        console.print(
+            f"[bold]{r.source}[/] -> {docs.get('collection', '?')}: {status} (run {r.run_id[:8]})"
+        )
+        table = Table(show_header=False, box=None, pad_edge=False)
+        rows = [
+            ("documents", docs.get("documents")),
+            (
+                "  new / changed / repaired",
+                f"{docs.get('documents_new', 0)} / {docs.get('documents_changed', 0)} / {docs.get('documents_repair', 0)}",
+            ),
+            ("  unchanged (skipped)", docs.get("documents_unchanged")),
+            ("  removed", docs.get("documents_removed")),
+            (
+                "  failed",
+                (docs.get("documents_failed") or 0)
+                + (r.assets.get("parsed_blocks", {}).get("documents_failed") or 0),
+            ),
+            ("chunks", chunks.get("chunks")),
+            ("tokens", chunks.get("tokens")),
+            ("embedded / reused", f"{emb.get('embedded', 0)} / {emb.get('reused', 0)}"),
+            (
+                "upserted / deleted",
+                f"{sync.get('upserted', 0)} / {(sync.get('deleted_stale') or 0) + (sync.get('deleted_removed') or 0)}",
+            ),
+            ("records in collection", sync.get("collection_records")),
+        ]
+        for k, v in rows:
+            table.add_row(k, "" if v is None else str(v))
+        console.print(table)
+        for asset in ("source_documents", "parsed_blocks", "chunks"):
+            md = r.assets.get(asset, {}).get("failed_documents")
+            if md and md != "none":
+                console.print(f"[red]failed documents ({asset}):[/]\n{md}")
+        if r.error:
+            console.print(f"[red]error:[/] {r.error}")
+
+
+@app.command()
+def query(
+    text: Annotated[str, typer.Argument(help="The question.")],
+    collection: Annotated[str | None, typer.Option(help="Collection to search.")] = None,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=1000)] = 5,
+    where: Annotated[
+        str | None, typer.Option(help='Filter as JSON, e.g. {"source": "docs"}.')
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print passages as JSON.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Vector recall: the passages nearest to the question, with citations."""
+    from clef_pipelines.retrieval.recall import recall_with_settings
+    from clef_pipelines.stores import StoreError
+
+    settings = load_cli_settings(config)
+    flt = None
+    if where:
+        try:
+            flt = json.loads(where)
+        except json.JSONDecodeError as exc:
+            fail(f"--where is not valid JSON: {exc}")
+        if not isinstance(flt, dict):
+            fail("--where must be a JSON object")
+    try:
+        passages = recall_with_settings(
+            settings, text, collection=collection, top_k=top_k, where=flt
+        )
+    except (StoreError, ValueError) as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps([p.as_dict() for p in passages], indent=2, default=str))
+        return
+    if not passages:
+        console.print("no passages found")
+    for p in passages:
+        console.print(f"[bold][{p.rank}][/] {p.score:.3f}  [cyan]{p.citation}[/]")
+        console.print(f"    {p.text.strip()[:600]}")
+
+
+@app.command()
+def inspect(
+    file: Annotated[
+        Path | None, typer.Argument(help="A document to show parsed and chunked.")
+    ] = None,
+    collection: Annotated[str | None, typer.Option(help="Show a collection instead.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Show how a file parses and chunks, or what a collection holds."""
+    settings = load_cli_settings(config)
+    if collection:
+        _inspect_collection(settings, collection, as_json)
+    elif file:
+        _inspect_file(settings, file, as_json)
+    else:
+        fail("give a FILE or --collection NAME")
+
+
+def _inspect_file(settings: Settings, file: Path, as_json: bool) -> None:
+    from clef_pipelines.chunking import chunk_blocks
+    from clef_pipelines.parsing import load_file, parse_document
+    from clef_pipelines.parsing.models import ParseError
+
+    try:
+        doc = load_file(file, settings.parsing)
+        blocks = parse_document(doc, settings.parsing)
+    except ParseError as exc:
+        fail(f"{exc} [{exc.reason}]")
+    pieces = chunk_blocks(blocks, doc.title, doc.doc_id, settings.chunking)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "title": doc.title,
+                    "blocks": [
+                        {
+                            "kind": b.kind,
+                            "heading_path": b.heading_path,
+                            "char_start": b.char_start,
+                            "char_end": b.char_end,
+                            "text": b.text,
+                        }
+                        for b in blocks
+                    ],
+                    "chunks": [
+                        {
+                            "index": i,
+                            "section_path": c.section_path,
+                            "tokens": c.tokens,
+                            "char_start": c.char_start,
+                            "char_end": c.char_end,
+                            "text": c.text,
+                        }
+                        for i, c in enumerate(pieces)
+                    ],
+                },
+                indent=2,
+            )
+        )
+        return
+    console.print(
+        f"[bold]{doc.title}[/] ({file}): {len(blocks)} blocks, {len(pieces)} chunks "
+        f"({settings.chunking.strategy})"
+    )
+    table = Table("#", "section", "tokens", "chars", "text")
+    for i, c in enumerate(pieces):
+        table.add_row(
+            str(i),
+            c.section_path,
+            str(c.tokens),
+            f"{c.char_start}-{c.char_end}",
+            c.text[:80].replace("\n", " "),
+        )
+    console.print(table)
+
+
+def _inspect_collection(settings: Settings, collection: str, as_json: bool) -> None:
+    from clef_pipelines.stores import open_store
+
+    store = open_store(settings.store, settings.data_path)
+    try:
+        if not store.has_collection(collection):
+            fail(
+                f"collection {collection!r} does not exist "
+                f"(collections: {', '.join(store.list_collections()) or 'none'})"
+            )
+        manifest = store.get_manifest(collection) or {}
+        per_source: dict[str, dict[str, Any]] = {}
+        for rec in store.scan(collection, fields=["source", "doc_id", "quarantined"]):
+            s = per_source.setdefault(
+                rec.get("source") or "?", {"records": 0, "docs": set(), "quarantined": 0}
+            )
+            s["records"] += 1
+            s["docs"].add(rec.get("doc_id"))
+            s["quarantined"] += int(bool(rec.get("quarantined")))
+        summary = {
+            "collection": collection,
+            "store": store.kind,
+            "manifest": manifest,
+            "sources": {
+                k: {
+                    "records": v["records"],
+                    "documents": len(v["docs"]),
+                    "quarantined": v["quarantined"],
+                }
+                for k, v in per_source.items()
+            },
+        }
+    finally:
+        store.close()
+    if as_json:
+        print(json.dumps(summary, indent=2, default=str))
+        return
+    console.print(
+        f"[bold]{collection}[/] in {summary['store']}: embedder {manifest.get('embedder')} "
+        f"({manifest.get('dimension')}-d, {manifest.get('metric')})"
+    )
+    table = Table("source", "documents", "records", "quarantined")
+    for k, v in summary["sources"].items():
+        table.add_row(k, str(v["documents"]), str(v["records"]), str(v["quarantined"]))
+    console.print(table)
+
+
+@app.command()
+def delete(
+    collection: Annotated[str, typer.Option(help="The collection.")],
+    doc: Annotated[list[str] | None, typer.Option(help="Document id(s) to delete.")] = None,
+    source: Annotated[str | None, typer.Option(help="Only this source's records.")] = None,
+    all_records: Annotated[bool, typer.Option("--all", help="Drop the whole collection.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Delete documents (all their chunks) from a collection, or drop the collection."""
+    from clef_pipelines.stores import open_store
+
+    settings = load_cli_settings(config)
+    if not doc and not all_records:
+        fail("give --doc ID (repeatable) or --all")
+    store = open_store(settings.store, settings.data_path)
+    try:
+        if not store.has_collection(collection):
+            fail(f"collection {collection!r} does not exist")
+        if all_records:
+            store.drop(collection)
+            console.print(f"dropped collection {collection}")
+            return
+        where: dict[str, Any] = {"doc_id": {"in": list(doc or [])}}
+        if source:
+            where["source"] = source
+        n = store.delete(collection, where=where)
+        console.print(f"deleted {n} records of {len(doc or [])} document(s) from {collection}")
+        if n == 0:
+            raise typer.Exit(1)
+    finally:
+        store.close()
+
+
+@app.command()
+def ui(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 3000,
+    config: ConfigOption = None,
+) -> None:
+    """Start the Dagster UI (webserver + daemon) on 127.0.0.1 with telemetry off."""
+    from clef_pipelines.jobs.launch import ensure_dagster_home
+
+    settings = load_cli_settings(config)
+    home = ensure_dagster_home(settings)
+    env = dict(os.environ)
+    env["DAGSTER_HOME"] = str(home)
+    env["DAGSTER_DG_UPDATE_CHECK_ENABLED"] = "0"
+    if config:
+        env["CLEF_PIPELINES_CONFIG"] = str(Path(config).resolve())
+    cmd = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "dev",
+        "-m",
+        "clef_pipelines.definitions",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+    ]
+    console.print(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={home}); Ctrl-C stops it")
+    # `dagster dev` ignores SIGTERM from a parent script: run it in its own process group and
+    # stop the whole group.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,30 @@
+"""Embedders: the offline MiniLM default, a deterministic hash embedder, OpenAI-compatible HTTP."""
+
+from __future__ import annotations
+
+from clef_pipelines.embedding.base import Embedder, EmbedderError
+
+__all__ = ["Embedder", "EmbedderError", "make_embedder"]
+
+
+def make_embedder(config) -> Embedder:  # type: ignore[no-untyped-def]
+    """Build the embedder an `EmbedderConfig` describes."""
+    if config.kind == "hash":
+        from clef_pipelines.embedding.hashing import HashEmbedder
+
+        return HashEmbedder(config.dimension or 384)
+    if config.kind == "minilm":
+        from clef_pipelines.embedding.minilm import MiniLMEmbedder
+
+        return MiniLMEmbedder(batch_size=config.batch_size)
+    if config.kind == "openai":
+        from clef_pipelines.embedding.openai_compat import OpenAIEmbedder
+
+        return OpenAIEmbedder(
+            base_url=config.base_url or "",
+            model=config.model or "",
+            dimension=config.dimension,
+            api_key_env=config.api_key_env,
+            timeout_s=config.timeout_s,
+        )
+    raise EmbedderError(f"unknown embedder.kind {config.kind!r}")

@@ -1,0 +1,3 @@
+from clef_pipelines.cli.main import app
+
+app()

@@ -1,0 +1,302 @@
+"""The ingestion graph: one dynamic partition per source, Parquet between the steps.
+
+source_documents -> parsed_blocks -> screened_paragraphs -> chunks -> enrichments
+-> embeddings -> store_sync. Each asset calls the plain-Python core and reports what it did.
+"""
+
+from __future__ import annotations
+
+import time
+
+import dagster as dg
+import polars as pl
+
+from clef_pipelines.ingest import stages
+from clef_pipelines.ingest.documents import (
+    FAILED,
+    TO_PROCESS,
+    pipeline_fingerprint,
+    plan_inventory,
+    status_counts,
+    stored_documents,
+)
+from clef_pipelines.ingest.progress import report as progress_report
+from clef_pipelines.ingest.sync import check_manifest, embed_chunks, sync_source
+from clef_pipelines.resources.embedder import EmbedderResource
+from clef_pipelines.resources.settings import PipelineSettings
+from clef_pipelines.resources.store import VectorStoreResource
+
+GROUP = "ingestion"
+source_partitions = dg.DynamicPartitionsDefinition(name="sources")
+
+_COMMON = {"partitions_def": source_partitions, "group_name": GROUP, "io_manager_key": "parquet_io"}
+
+
+def _failures_md(frame: pl.DataFrame, limit: int = 50) -> dg.MetadataValue:
+    if frame.height == 0:
+        return dg.MetadataValue.md("none")
+    lines = ["| document | reason | error |", "|---|---|---|"]
+    for row in frame.head(limit).iter_rows(named=True):
+        error = (row.get("error") or "").replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {row['doc_id']} | {row.get('reason') or ''} | {error} |")
+    if frame.height > limit:
+        lines.append(f"| ... | {frame.height - limit} more | |")
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+@dg.asset(
+    **_COMMON,
+    kinds={"python", "parquet"},
+    description=(
+        "The inventory of a source: one row per document with its content hash and status "
+        "against the store (new, changed, repair, unchanged, removed, failed with a reason)."
+    ),
+)
+def source_documents(
+    context: dg.AssetExecutionContext,
+    pipeline_settings: PipelineSettings,
+    vector_store: VectorStoreResource,
+    embedder: EmbedderResource,
+) -> dg.Output[pl.DataFrame]:
+    started = time.perf_counter()
+    settings = pipeline_settings.settings
+    source = settings.source(context.partition_key)
+    collection = settings.collection_of(source)
+    store = vector_store.get()
+    emb = embedder.get()
+    if store.has_collection(collection):
+        # Fail before any work when the collection was built with another embedder.
+        check_manifest(store.get_manifest(collection), collection, emb)
+    fingerprint = pipeline_fingerprint(settings, emb.name)
+    entries = stages.list_entries(settings, source, fingerprint)
+    force = bool(context.run.tags.get("clef/force") == "true")
+    inventory = plan_inventory(
+        source.name, entries, stored_documents(store, collection, source.name), force=force
+    )
+    counts = status_counts(inventory)
+    return dg.Output(
+        inventory,
+        metadata={
+            "collection": collection,
+            "documents": inventory.filter(pl.col("status") != "removed").height,
+            **{f"documents_{k}": v for k, v in counts.items()},
+            "failed_documents": _failures_md(inventory.filter(pl.col("status") == FAILED)),
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    )
+
+
+@dg.asset(
+    **_COMMON,
+    kinds={"python", "parquet"},
+    description=(
+        "Structural blocks (heading, paragraph, list item, table, code, quote) of the new and "
+        "changed documents of a source, with heading paths and character offsets."
+    ),
+)
+def parsed_blocks(
+    context: dg.AssetExecutionContext,
+    pipeline_settings: PipelineSettings,
+    embedder: EmbedderResource,
+    source_documents: pl.DataFrame,
+) -> dg.Output[pl.DataFrame]:
+    started = time.perf_counter()
+    settings = pipeline_settings.settings
+    source = settings.source(context.partition_key)
+    fingerprint = pipeline_fingerprint(settings, embedder.get().name)
+    blocks, failures = stages.parse_source(settings, source, source_documents, fingerprint)
+    to_process = source_documents.filter(pl.col("status").is_in(TO_PROCESS)).height
+    return dg.Output(
+        blocks,
+        metadata={
+            "documents_parsed": blocks["doc_id"].n_unique() if blocks.height else 0,
+            "documents_skipped_unchanged": source_documents.filter(
+                pl.col("status") == "unchanged"
+            ).height,
+            "documents_to_process": to_process,
+            "documents_failed": failures.height,
+            "failed_documents": _failures_md(failures),
+            "blocks": blocks.height,
+            "blocks_by_kind": dg.MetadataValue.json(stages.counts_by(blocks, "kind")),
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    )
+
+
+@dg.asset(
+    **_COMMON,
+    kinds={"python", "parquet"},
+    description=(
+        "Parsed blocks with the paragraph-screen decision of each: keep, drop (boilerplate) or "
+        "quarantine (instructions aimed at an AI). The Clef screen fills these columns; until "
+        "it is enabled every block is kept (screen_mode 'off')."
+    ),
+)
+def screened_paragraphs(
+    parsed_blocks: pl.DataFrame,
+) -> dg.Output[pl.DataFrame]:
+    screened = stages.screen_paragraphs(parsed_blocks)
+    return dg.Output(
+        screened,
+        metadata={
+            "blocks": screened.height,
+            "actions": dg.MetadataValue.json(stages.counts_by(screened, "screen_action")),
+            "screen_mode": "off",
+        },
+    )
+
+
+@dg.asset(
+    **_COMMON,
+    kinds={"python", "parquet"},
+    description=(
+        "Chunks of the new and changed documents: `text` for the LLM, `embed_text` (title, "
+        "section path, text) for the embedder, deterministic ids and full provenance."
+    ),
+)
+def chunks(
+    context: dg.AssetExecutionContext,
+    pipeline_settings: PipelineSettings,
+    screened_paragraphs: pl.DataFrame,
+) -> dg.Output[pl.DataFrame]:
+    started = time.perf_counter()
+    settings = pipeline_settings.settings
+    frame, failures = stages.chunk_documents(settings, context.partition_key, screened_paragraphs)
+    tokens = frame["tokens"] if frame.height else pl.Series([], dtype=pl.Int64)
+    return dg.Output(
+        frame,
+        metadata={
+            "chunker": settings.chunking.strategy,
+            "documents": frame["doc_id"].n_unique() if frame.height else 0,
+            "chunks": frame.height,
+            "tokens": int(tokens.sum() or 0),
+            "tokens_p50": int(tokens.median() or 0) if frame.height else 0,
+            "tokens_max": int(tokens.max() or 0) if frame.height else 0,
+            "documents_failed": failures.height,
+            "failed_documents": _failures_md(failures),
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    )
+
+
+@dg.asset(
+    **_COMMON,
+    kinds={"python", "parquet"},
+    description=(
+        "Chunks with their enrichment columns (quality, taxonomy tags, custom answers). The "
+        "Clef enrichment fills them; until it is enabled they are empty (enrich_mode 'off')."
+    ),
+)
+def enrichments(chunks: pl.DataFrame) -> dg.Output[pl.DataFrame]:
+    enriched = stages.enrich_chunks(chunks)
+    return dg.Output(enriched, metadata={"chunks": enriched.height, "enrich_mode": "off"})
+
+
+@dg.asset(
+    **_COMMON,
+    kinds={"python", "parquet"},
+    description=(
+        "Chunk vectors. Only chunks whose id (a hash of the embedded text) is not already in "
+        "the store are embedded; the rest reuse their stored vector."
+    ),
+)
+def embeddings(
+    context: dg.AssetExecutionContext,
+    pipeline_settings: PipelineSettings,
+    vector_store: VectorStoreResource,
+    embedder: EmbedderResource,
+    enrichments: pl.DataFrame,
+) -> dg.Output[pl.DataFrame]:
+    started = time.perf_counter()
+    settings = pipeline_settings.settings
+    source = settings.source(context.partition_key)
+    emb = embedder.get()
+
+    def progress(done: int, total: int) -> None:
+        progress_report("embed", done, total)
+        if total and (done == total or done % (settings.embedder.batch_size * 20) == 0):
+            context.log.info(f"embedded {done}/{total} chunks")
+
+    frame, stats = embed_chunks(
+        enrichments,
+        emb,
+        vector_store.get(),
+        settings.collection_of(source),
+        batch_size=settings.embedder.batch_size,
+        progress=progress,
+    )
+    return dg.Output(
+        frame,
+        metadata={
+            "embedder": emb.name,
+            "dimension": emb.dimension if frame.height else 0,
+            "chunks": stats.chunks,
+            "embedded": stats.embedded,
+            "reused": stats.reused,
+            "embedder_calls": stats.embedder_calls,
+            "embedder_seconds": round(stats.embedder_seconds, 3),
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+    )
+
+
+@dg.asset(
+    partitions_def=source_partitions,
+    group_name=GROUP,
+    kinds={"python"},
+    description=(
+        "The source's records in the vector store: new and changed chunks upserted, stale and "
+        "removed ones deleted, the collection manifest written. Other sources are untouched."
+    ),
+)
+def store_sync(
+    context: dg.AssetExecutionContext,
+    pipeline_settings: PipelineSettings,
+    vector_store: VectorStoreResource,
+    embedder: EmbedderResource,
+    source_documents: pl.DataFrame,
+    embeddings: pl.DataFrame,
+) -> dg.MaterializeResult:
+    started = time.perf_counter()
+    settings = pipeline_settings.settings
+    source = settings.source(context.partition_key)
+    collection = settings.collection_of(source)
+    store = vector_store.get()
+    report = sync_source(
+        store,
+        collection,
+        source.name,
+        source_documents,
+        embeddings,
+        embedder.get(),
+        chunker=settings.chunking.strategy,
+        batch_rows=settings.sync_batch_rows,
+        progress=lambda done, total: progress_report("sync", done, total),
+    )
+    total = store.count(collection) if store.has_collection(collection) else 0
+    return dg.MaterializeResult(
+        metadata={
+            "store": store.kind,
+            "collection": collection,
+            "upserted": report.upserted,
+            "deleted_stale": report.deleted_stale,
+            "deleted_removed": report.deleted_removed,
+            "documents_synced": report.documents_synced,
+            "documents_removed": report.documents_removed,
+            "writes": report.writes,
+            "collection_records": total,
+            "maintenance": dg.MetadataValue.json(report.maintenance),
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+    )
+
+
+ingestion_assets = [
+    source_documents,
+    parsed_blocks,
+    screened_paragraphs,
+    chunks,
+    enrichments,
+    embeddings,
+    store_sync,
+]

@@ -1,0 +1,165 @@
+"""The document inventory of a source: what is new, changed, unchanged, removed or broken.
+
+The store is the source of truth for what was ingested: every stored chunk carries its
+document's `doc_hash` and `doc_chunk_count`, so a document counts as unchanged only when all of
+its stored chunks carry the current hash and none is missing. A sync killed half-way therefore
+leaves documents that look changed, and the next run repairs them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from clef_pipelines.config import Settings
+from clef_pipelines.records import PIPELINE_VERSION, sha256_hex
+from clef_pipelines.stores.base import VectorStore
+
+NEW, CHANGED, UNCHANGED, REPAIR, REMOVED, FAILED = (
+    "new",
+    "changed",
+    "unchanged",
+    "repair",
+    "removed",
+    "failed",
+)
+#: Statuses whose documents are parsed, chunked, embedded and synced.
+TO_PROCESS = (NEW, CHANGED, REPAIR)
+
+INVENTORY_SCHEMA = {
+    "source": pl.Utf8,
+    "doc_id": pl.Utf8,
+    "source_uri": pl.Utf8,
+    "doc_hash": pl.Utf8,
+    "status": pl.Utf8,
+    "reason": pl.Utf8,
+    "error": pl.Utf8,
+}
+
+
+@dataclass
+class StoredDocument:
+    """What the store holds for one document of a source."""
+
+    hashes: set[str] = field(default_factory=set)
+    expected_counts: set[int] = field(default_factory=set)
+    records: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return (
+            len(self.hashes) == 1
+            and len(self.expected_counts) == 1
+            and next(iter(self.expected_counts)) == self.records
+        )
+
+
+def pipeline_fingerprint(settings: Settings, embedder_name: str) -> str:
+    """Everything besides the raw bytes that changes a document's chunks or vectors."""
+    payload = {
+        "pipeline": PIPELINE_VERSION,
+        "chunking": settings.chunking.model_dump(mode="json"),
+        "encodings": settings.parsing.encodings,
+        "embedder": embedder_name,
+    }
+    return sha256_hex(json.dumps(payload, sort_keys=True))[:16]
+
+
+def document_hash(raw_hash: str, fingerprint: str) -> str:
+    return sha256_hex(f"{raw_hash}:{fingerprint}")[:32]
+
+
+def stored_documents(store: VectorStore, collection: str, source: str) -> dict[str, StoredDocument]:
+    """Per document of `source`, the hashes and chunk counts its stored records carry."""
+    if not store.has_collection(collection):
+        return {}
+    docs: dict[str, StoredDocument] = {}
+    for rec in store.scan(
+        collection, where={"source": source}, fields=["doc_id", "doc_hash", "doc_chunk_count"]
+    ):
+        doc = docs.setdefault(rec["doc_id"], StoredDocument())
+        doc.hashes.add(rec.get("doc_hash") or "")
+        doc.expected_counts.add(int(rec.get("doc_chunk_count") or -1))
+        doc.records += 1
+    return docs
+
+
+@dataclass(frozen=True)
+class EntryState:
+    """One entry of a source listing, reduced to what the inventory needs."""
+
+    doc_id: str
+    source_uri: str
+    doc_hash: str | None  # None when the entry could not even be read
+    error: str | None = None
+    reason: str | None = None
+
+
+def plan_inventory(
+    source: str,
+    entries: Iterable[EntryState],
+    stored: dict[str, StoredDocument],
+    *,
+    force: bool = False,
+) -> pl.DataFrame:
+    """Compare a source listing with the store and give every document a status."""
+    rows: list[dict[str, str | None]] = []
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.doc_id in seen:
+            rows.append(
+                _row(source, entry, FAILED, "duplicate", f"duplicate document id {entry.doc_id!r}")
+            )
+            continue
+        seen.add(entry.doc_id)
+        if entry.error is not None or entry.doc_hash is None:
+            # A broken document keeps whatever the store already holds for it.
+            rows.append(_row(source, entry, FAILED, entry.reason or "error", entry.error))
+            continue
+        before = stored.get(entry.doc_id)
+        if before is None:
+            status = NEW
+        elif not before.complete:
+            status = REPAIR
+        elif entry.doc_hash not in before.hashes:
+            status = CHANGED
+        else:
+            status = CHANGED if force else UNCHANGED
+        rows.append(_row(source, entry, status, None, None))
+    for doc_id in sorted(set(stored) - seen):
+        rows.append(
+            {
+                "source": source,
+                "doc_id": doc_id,
+                "source_uri": None,
+                "doc_hash": None,
+                "status": REMOVED,
+                "reason": None,
+                "error": None,
+            }
+        )
+    return pl.DataFrame(rows, schema=INVENTORY_SCHEMA)
+
+
+def _row(
+    source: str, entry: EntryState, status: str, reason: str | None, error: str | None
+) -> dict[str, str | None]:
+    return {
+        "source": source,
+        "doc_id": entry.doc_id,
+        "source_uri": entry.source_uri,
+        "doc_hash": entry.doc_hash,
+        "status": status,
+        "reason": reason,
+        "error": error,
+    }
+
+
+def status_counts(inventory: pl.DataFrame) -> dict[str, int]:
+    counts = {s: 0 for s in (NEW, CHANGED, REPAIR, UNCHANGED, REMOVED, FAILED)}
+    for status, n in inventory.group_by("status").len().iter_rows():
+        counts[status] = int(n)
+    return counts

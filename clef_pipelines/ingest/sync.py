@@ -1,0 +1,251 @@
+"""Embedding and store sync: only new content is embedded, and only one source is touched.
+
+Order matters for crash safety: a document's new chunks are upserted before its stale chunks
+are deleted, so a sync killed at any point leaves every document either complete or visibly
+incomplete (mixed hashes or missing chunks), which the next inventory marks for repair.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from clef_pipelines import __version__
+from clef_pipelines.embedding.base import Embedder
+from clef_pipelines.ingest.documents import CHANGED, REMOVED, REPAIR
+from clef_pipelines.records import FILTER_FIELDS, PIPELINE_VERSION, RECORD_FIELDS
+from clef_pipelines.stores.base import CollectionSpec, FieldType, StoreError, VectorStore
+
+#: Test-only fault injection: SIGKILL this process after N upsert batches (the "killed run").
+KILL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_KILL_AFTER_UPSERTS"
+
+ProgressFn = Callable[[int, int], None]
+
+
+class ManifestMismatch(StoreError):
+    """The collection was built with another embedder (or dimension / metric)."""
+
+
+def check_manifest(manifest: dict[str, Any] | None, collection: str, embedder: Embedder) -> None:
+    """Refuse to mix vectors of two embedders in one collection."""
+    if not manifest:
+        return
+    want = (manifest.get("embedder"), manifest.get("dimension"), manifest.get("metric"))
+    have = (embedder.name, embedder.dimension, embedder.metric)
+    if want != have:
+        raise ManifestMismatch(
+            f"collection {collection!r} was built with embedder {want[0]} ({want[1]}-d, "
+            f"{want[2]}); this configuration uses {have[0]} ({have[1]}-d, {have[2]}). "
+            "Use the same embedder, another collection, or drop this collection with "
+            f"`clef-pipelines delete --collection {collection} --all` and ingest again."
+        )
+
+
+def _field_type(dtype: pl.DataType) -> FieldType:
+    if dtype == pl.Boolean:
+        return "bool"
+    if dtype.is_integer():
+        return "int"
+    if dtype.is_float():
+        return "float"
+    return "str"
+
+
+def payload_columns(frame: pl.DataFrame) -> list[str]:
+    """The columns that become stored payload: provenance fields and user metadata."""
+    return [c for c in frame.columns if c in RECORD_FIELDS or c.startswith("m_")]
+
+
+def collection_spec(name: str, embedder: Embedder, frame: pl.DataFrame) -> CollectionSpec:
+    fields: dict[str, FieldType] = dict(RECORD_FIELDS)
+    for col in frame.columns:
+        if col.startswith("m_"):
+            fields[col] = _field_type(frame.schema[col])
+    return CollectionSpec(
+        name=name,
+        dimension=embedder.dimension,
+        metric=embedder.metric,
+        fields=fields,
+        filter_fields=FILTER_FIELDS,
+    )
+
+
+@dataclass
+class EmbedStats:
+    chunks: int = 0
+    reused: int = 0
+    embedded: int = 0
+    embedder_calls: int = 0
+    embedder_seconds: float = 0.0
+
+
+def embed_chunks(
+    chunks: pl.DataFrame,
+    embedder: Embedder,
+    store: VectorStore,
+    collection: str,
+    *,
+    batch_size: int = 64,
+    progress: ProgressFn | None = None,
+) -> tuple[pl.DataFrame, EmbedStats]:
+    """Add a `vector` column; vectors of ids the store already holds are reused, not recomputed.
+
+    An id is a hash of the embedded text, and the manifest pins the embedder, so a stored
+    vector with the same id is exactly what the embedder would return.
+    """
+    stats = EmbedStats(chunks=chunks.height)
+    dim = embedder.dimension if chunks.height else 0
+    vectors: dict[str, np.ndarray] = {}
+    ids = chunks["id"].to_list() if chunks.height else []
+    if ids and store.has_collection(collection):
+        for start in range(0, len(ids), 1000):
+            for rec in store.get(collection, ids[start : start + 1000], with_vectors=True):
+                vectors[rec["id"]] = np.asarray(rec["vector"], dtype=np.float32)
+    stats.reused = len(vectors)
+    todo = [i for i, id_ in enumerate(ids) if id_ not in vectors]
+    texts = chunks["embed_text"].to_list() if chunks.height else []
+    calls_before, seconds_before = embedder.calls, embedder.seconds
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        out = embedder.embed([texts[i] for i in batch])
+        for row, i in enumerate(batch):
+            vectors[ids[i]] = out[row]
+        stats.embedded += len(batch)
+        if progress:
+            progress(stats.embedded, len(todo))
+    stats.embedder_calls = embedder.calls - calls_before
+    stats.embedder_seconds = embedder.seconds - seconds_before
+    matrix = (
+        np.stack([vectors[i] for i in ids]).astype(np.float32)
+        if ids
+        else np.zeros((0, dim), dtype=np.float32)
+    )
+    column = pl.Series("vector", matrix.tolist(), dtype=pl.List(pl.Float32))
+    return chunks.with_columns(column), stats
+
+
+@dataclass
+class SyncReport:
+    upserted: int = 0
+    deleted_stale: int = 0
+    deleted_removed: int = 0
+    documents_synced: int = 0
+    documents_removed: int = 0
+    upsert_batches: int = 0
+    maintenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def writes(self) -> int:
+        return self.upserted + self.deleted_stale + self.deleted_removed
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _record_batches(frame: pl.DataFrame, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
+    cols = [*payload_columns(frame), "vector"]
+    batch: list[dict[str, Any]] = []
+    for rec in frame.select(["id", *cols]).iter_rows(named=True):
+        batch.append(rec)
+        if len(batch) >= batch_rows:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def sync_source(
+    store: VectorStore,
+    collection: str,
+    source: str,
+    inventory: pl.DataFrame,
+    embedded: pl.DataFrame,
+    embedder: Embedder,
+    *,
+    chunker: str,
+    batch_rows: int = 512,
+    progress: ProgressFn | None = None,
+) -> SyncReport:
+    """Make the store hold exactly the current chunks of `source`, touching no other source."""
+    report = SyncReport()
+    to_remove = inventory.filter(pl.col("status") == REMOVED)["doc_id"].to_list()
+    if embedded.height == 0 and not to_remove:
+        return report  # nothing changed: write nothing, not even the manifest
+
+    if not store.has_collection(collection) and embedded.height == 0:
+        return report  # only removals, and there is nothing stored to remove them from
+    check_manifest(store.get_manifest(collection), collection, embedder)
+    store.ensure_collection(collection_spec(collection, embedder, embedded))
+
+    kill_after = int(os.environ.get(KILL_AFTER_UPSERTS_ENV, "0") or 0)
+    total = embedded.height
+    for batch in _record_batches(embedded, batch_rows):
+        report.upserted += store.upsert(collection, batch)
+        report.upsert_batches += 1
+        if progress:
+            progress(report.upserted, total)
+        if kill_after and report.upsert_batches >= kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    # Stale chunks exist only for documents that were stored before.
+    needs_stale = set(
+        inventory.filter(pl.col("status").is_in([CHANGED, REPAIR]))["doc_id"].to_list()
+    )
+    if needs_stale and embedded.height:
+        current = embedded.filter(pl.col("doc_id").is_in(list(needs_stale)))
+        for (doc_id,), group in current.group_by(["doc_id"], maintain_order=True):
+            report.deleted_stale += store.delete(
+                collection,
+                where={
+                    "source": source,
+                    "doc_id": doc_id,
+                    "id": {"nin": group["id"].to_list()},
+                },
+            )
+        # A changed document that now yields no chunks at all keeps none.
+        emptied = needs_stale - set(current["doc_id"].unique().to_list())
+        for doc_id in sorted(emptied):
+            report.deleted_stale += store.delete(
+                collection, where={"source": source, "doc_id": doc_id}
+            )
+    report.documents_synced = embedded["doc_id"].n_unique() if embedded.height else 0
+
+    for start in range(0, len(to_remove), 500):
+        part = to_remove[start : start + 500]
+        report.deleted_removed += store.delete(
+            collection, where={"source": source, "doc_id": {"in": part}}
+        )
+    report.documents_removed = len(to_remove)
+
+    manifest = store.get_manifest(collection) or {}
+    sources = dict(manifest.get("sources") or {})
+    sources[source] = {
+        "chunker": chunker,
+        "synced_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    manifest.update(
+        {
+            "collection": collection,
+            "embedder": embedder.name,
+            "dimension": embedder.dimension,
+            "metric": embedder.metric,
+            "pipeline_version": PIPELINE_VERSION,
+            "clef_pipelines_version": __version__,
+            "store": store.kind,
+            "sources": sources,
+            "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+    )
+    store.put_manifest(collection, manifest)
+    started = time.perf_counter()
+    report.maintenance = store.maintain(collection) or {}
+    report.maintenance.setdefault("seconds", round(time.perf_counter() - started, 3))
+    return report

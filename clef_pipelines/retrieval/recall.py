@@ -1,0 +1,100 @@
+"""Vector recall: embed the query with the collection's embedder and ask the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from clef_pipelines.config import Settings
+from clef_pipelines.embedding import Embedder, make_embedder
+from clef_pipelines.ingest.sync import check_manifest
+from clef_pipelines.stores import Hit, StoreError, VectorStore, open_store
+
+
+@dataclass
+class Passage:
+    """A recalled chunk with what a reader needs to cite it."""
+
+    rank: int
+    id: str
+    score: float
+    text: str
+    title: str
+    section_path: str
+    source_uri: str
+    char_start: int
+    char_end: int
+    doc_id: str
+    record: dict[str, Any]
+
+    @property
+    def citation(self) -> str:
+        where = f"{self.source_uri}:{self.char_start}-{self.char_end}"
+        section = f" > {self.section_path}" if self.section_path else ""
+        return f"{self.title}{section} ({where})"
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.record.items() if k not in ("vector", "embed_text")}
+        out.update(rank=self.rank, id=self.id, score=round(self.score, 6), citation=self.citation)
+        return out
+
+
+def _passage(rank: int, hit: Hit) -> Passage:
+    r = hit.record
+    return Passage(
+        rank=rank,
+        id=hit.id,
+        score=hit.score,
+        text=r.get("text") or "",
+        title=r.get("title") or "",
+        section_path=r.get("section_path") or "",
+        source_uri=r.get("source_uri") or "",
+        char_start=int(r.get("char_start") if r.get("char_start") is not None else -1),
+        char_end=int(r.get("char_end") if r.get("char_end") is not None else -1),
+        doc_id=r.get("doc_id") or "",
+        record=r,
+    )
+
+
+def recall(
+    query: str,
+    *,
+    store: VectorStore,
+    embedder: Embedder,
+    collection: str,
+    top_k: int = 5,
+    where: dict[str, Any] | None = None,
+) -> list[Passage]:
+    if not query.strip():
+        raise ValueError("the query is empty")
+    if not store.has_collection(collection):
+        known = ", ".join(store.list_collections()) or "none"
+        raise StoreError(f"collection {collection!r} does not exist (collections: {known})")
+    check_manifest(store.get_manifest(collection), collection, embedder)
+    vector = embedder.embed([query])[0]
+    hits = store.query(collection, vector.tolist(), where=where, top_k=top_k)
+    return [_passage(i + 1, h) for i, h in enumerate(hits)]
+
+
+def recall_with_settings(
+    settings: Settings,
+    query: str,
+    *,
+    collection: str | None = None,
+    top_k: int = 5,
+    where: dict[str, Any] | None = None,
+) -> list[Passage]:
+    store = open_store(settings.store, settings.data_path)
+    embedder = make_embedder(settings.embedder)
+    try:
+        return recall(
+            query,
+            store=store,
+            embedder=embedder,
+            collection=collection or settings.collection,
+            top_k=top_k,
+            where=where,
+        )
+    finally:
+        store.close()
+        embedder.close()

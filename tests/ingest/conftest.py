@@ -1,0 +1,74 @@
+"""A private copy of the sample corpus, a config pointing at it, and a Dagster home per test."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from clef_pipelines.config import Settings, load_settings
+from clef_pipelines.jobs.launch import SourceRunReport, run_ingestion
+from clef_pipelines.stores import VectorStore, open_store
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE_CORPUS = REPO / "data" / "corpus"
+
+
+@dataclass
+class Workspace:
+    root: Path
+    config_path: Path
+
+    @property
+    def corpus(self) -> Path:
+        return self.root / "corpus"
+
+    def settings(self) -> Settings:
+        return load_settings(self.config_path)
+
+    def write_config(self, **changes: Any) -> None:
+        raw = yaml.safe_load(self.config_path.read_text())
+        raw.update(changes)
+        self.config_path.write_text(yaml.safe_dump(raw))
+
+    def ingest(self, sources: list[str] | None = None, **kw: Any) -> list[SourceRunReport]:
+        settings = self.settings()
+        names = sources or [s.name for s in settings.sources]
+        return run_ingestion(settings, names, config_path=str(self.config_path), **kw)
+
+    def store(self) -> VectorStore:
+        s = self.settings()
+        return open_store(s.store, s.data_path)
+
+    def records(self, collection: str = "docs") -> list[dict[str, Any]]:
+        store = self.store()
+        try:
+            return list(store.scan(collection)) if store.has_collection(collection) else []
+        finally:
+            store.close()
+
+
+def make_workspace(root: Path, monkeypatch: pytest.MonkeyPatch, **config: Any) -> Workspace:
+    shutil.copytree(SAMPLE_CORPUS, root / "corpus")
+    raw: dict[str, Any] = {
+        "data_dir": str(root / "state"),
+        "collection": "docs",
+        "sources": [{"name": "sample", "path": "corpus"}],
+        "embedder": {"kind": "hash", "dimension": 64},
+        "store": {"kind": "lancedb"},
+    }
+    raw.update(config)
+    cfg = root / "clef-pipelines.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("DAGSTER_HOME", str(root / "dagster"))
+    monkeypatch.delenv("CLEF_PIPELINES_CONFIG", raising=False)
+    return Workspace(root, cfg)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    return make_workspace(tmp_path, monkeypatch)

@@ -1,0 +1,186 @@
+"""The CLI round trip: init, ingest, query, inspect, delete; and the UI's GraphQL API."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from typer.testing import CliRunner
+
+from clef_pipelines.cli.main import app
+from tests.ingest.conftest import Workspace
+
+runner = CliRunner()
+
+
+def test_init_writes_a_config_that_loads(tmp_path: Path) -> None:
+    target = tmp_path / "c.yaml"
+    result = runner.invoke(app, ["init", str(target), "--source", "docs"])
+    assert result.exit_code == 0, result.output
+    from clef_pipelines.config import load_settings
+
+    settings = load_settings(target)
+    assert settings.sources[0].path == "docs"
+    again = runner.invoke(app, ["init", str(target)])
+    assert again.exit_code != 0 and "exists" in again.output
+
+
+def test_unknown_config_key_names_key_and_suggestion(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("chunking:\n  target_tokenz: 100\n")
+    result = runner.invoke(app, ["query", "x", "--config", str(cfg)])
+    assert result.exit_code == 2
+    assert "chunking.target_tokenz" in result.output
+    assert "chunking.target_tokens" in result.output
+
+
+def test_cli_round_trip(workspace: Workspace) -> None:
+    cfg = str(workspace.config_path)
+    dry = runner.invoke(app, ["ingest", "--config", cfg, "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    planned = json.loads(dry.output)
+    assert planned[0]["documents"]["new"] > 0
+    assert workspace.records() == []  # a dry run writes nothing
+
+    result = runner.invoke(app, ["ingest", "--config", cfg, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report[0]["success"] and report[0]["assets"]["store_sync"]["upserted"] > 0
+
+    q = runner.invoke(
+        app, ["query", "how do I rotate an access token", "--config", cfg, "--json", "--top-k", "3"]
+    )
+    assert q.exit_code == 0, q.output
+    passages = json.loads(q.output)
+    assert len(passages) == 3
+    assert passages[0]["score"] >= passages[1]["score"] >= passages[2]["score"]
+    assert all(p["citation"] and p["source_uri"] for p in passages)
+
+    first_doc = passages[0]["doc_id"]
+    filtered = runner.invoke(
+        app,
+        ["query", "token", "--config", cfg, "--json", "--where", json.dumps({"doc_id": first_doc})],
+    )
+    assert filtered.exit_code == 0, filtered.output
+    assert {p["doc_id"] for p in json.loads(filtered.output)} == {first_doc}
+
+    human = runner.invoke(app, ["query", "token", "--config", cfg])
+    assert human.exit_code == 0 and "[1]" in human.output
+
+    some_file = sorted(workspace.corpus.rglob("*.md"))[0]
+    ins = runner.invoke(app, ["inspect", str(some_file), "--config", cfg, "--json"])
+    assert ins.exit_code == 0, ins.output
+    shown = json.loads(ins.output)
+    assert shown["chunks"] and shown["blocks"]
+
+    coll = runner.invoke(app, ["inspect", "--collection", "docs", "--config", cfg, "--json"])
+    assert coll.exit_code == 0, coll.output
+    summary = json.loads(coll.output)
+    assert summary["manifest"]["embedder"] == "hash:v1:64"
+    assert summary["sources"]["sample"]["records"] == len(workspace.records())
+
+    gone = runner.invoke(
+        app, ["delete", "--collection", "docs", "--doc", first_doc, "--config", cfg]
+    )
+    assert gone.exit_code == 0, gone.output
+    assert not any(r["doc_id"] == first_doc for r in workspace.records())
+
+    bad = runner.invoke(app, ["query", "x", "--config", cfg, "--collection", "nope"])
+    assert bad.exit_code == 2 and "does not exist" in bad.output
+
+
+def test_ingest_adhoc_path_into_named_collection(workspace: Workspace) -> None:
+    extra = workspace.root / "extra"
+    extra.mkdir()
+    (extra / "a.md").write_text("# Extra\n\nAn extra document about offline mode.\n")
+    result = runner.invoke(
+        app,
+        [
+            "ingest",
+            str(extra),
+            "--collection",
+            "more",
+            "--config",
+            str(workspace.config_path),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert {r["doc_id"] for r in workspace.records("more")} == {"a.md"}
+    assert workspace.records("docs") == []
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_webserver_lists_the_ingestion_assets(workspace: Workspace) -> None:
+    port = _free_port()
+    env = dict(os.environ)
+    env["DAGSTER_HOME"] = str(workspace.root / "dagster")
+    env["CLEF_PIPELINES_CONFIG"] = str(workspace.config_path)
+    env["DAGSTER_DG_UPDATE_CHECK_ENABLED"] = "0"
+    (workspace.root / "dagster").mkdir(exist_ok=True)
+    (workspace.root / "dagster" / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dagster_webserver",
+            "-m",
+            "clef_pipelines.definitions",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        body = None
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(proc.stderr.read().decode()[-3000:])  # type: ignore[union-attr]
+            try:
+                r = httpx.post(
+                    f"http://127.0.0.1:{port}/graphql",
+                    json={"query": "{ assetNodes { assetKey { path } groupName } }"},
+                    timeout=10,
+                )
+                if r.status_code == 200 and r.json().get("data", {}).get("assetNodes"):
+                    body = r.json()
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        assert body is not None, "webserver did not answer"
+        keys = {"/".join(n["assetKey"]["path"]) for n in body["data"]["assetNodes"]}
+        assert {
+            "source_documents",
+            "parsed_blocks",
+            "screened_paragraphs",
+            "chunks",
+            "enrichments",
+            "embeddings",
+            "store_sync",
+        } <= keys
+        assert {n["groupName"] for n in body["data"]["assetNodes"]} == {"ingestion"}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
