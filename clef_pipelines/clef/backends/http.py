@@ -1,0 +1,121 @@
+"""The HTTP transport shared by `workers-ai` and `self-hosted`: one httpx.AsyncClient per
+backend, status and transport errors mapped to typed, retryable-or-not ClefErrors."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from typing import Any
+
+import httpx
+
+from clef_pipelines.clef.backends.base import Backend
+from clef_pipelines.clef.errors import (
+    ClefAuthError,
+    ClefBadAnswer,
+    ClefBadRequest,
+    ClefError,
+    ClefRateLimited,
+    ClefServerError,
+    ClefTimeout,
+    ClefTransportError,
+)
+
+RETRY_STATUSES = {408, 429, 500, 502, 503, 504, 529}
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a `retry-after` header: a number (0 included) or an HTTP date."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def error_for_status(
+    status: int, message: str, *, request_id: str | None, retry_after: float | None
+) -> ClefError:
+    kw: dict[str, Any] = {"status": status, "request_id": request_id, "retry_after": retry_after}
+    if status in (401, 403):
+        return ClefAuthError(f"HTTP {status}: {message}", **kw)
+    if status in (408, 429):
+        return ClefRateLimited(f"HTTP {status}: {message}", **kw)
+    if status in RETRY_STATUSES:
+        return ClefServerError(f"HTTP {status}: {message}", **kw)
+    if 400 <= status < 500:
+        return ClefBadRequest(f"HTTP {status}: {message}", **kw)
+    return ClefError(f"HTTP {status}: {message}", **kw)
+
+
+class HttpBackend(Backend):
+    request_id_header = "x-request-id"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        url: str,
+        headers: dict[str, str],
+        timeout_s: float,
+        connect_timeout_s: float,
+        max_connections: int,
+    ) -> None:
+        super().__init__(model)
+        self.url = url
+        self._headers = headers
+        self._timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self._limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
+        self._http: httpx.AsyncClient | None = None
+
+    async def start(self) -> None:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                headers=self._headers, timeout=self._timeout, limits=self._limits
+            )
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def _post(self, body: dict[str, Any]) -> tuple[httpx.Response, Any]:
+        """POST and decode JSON. Transport failures become retryable errors; a body that is
+        not JSON is returned as None for the caller to judge with the status."""
+        await self.start()
+        assert self._http is not None
+        try:
+            resp = await self._http.post(self.url, json=body)
+        except httpx.TimeoutException as exc:
+            raise ClefTimeout(f"no answer from {self.url} in time ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:
+            raise ClefTransportError(f"{type(exc).__name__} talking to {self.url}: {exc}") from exc
+        try:
+            data = resp.json()
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+            data = None
+        return resp, data
+
+    def _meta(self, resp: httpx.Response) -> tuple[str | None, float | None]:
+        return resp.headers.get(self.request_id_header), parse_retry_after(
+            resp.headers.get("retry-after")
+        )
+
+    @staticmethod
+    def _malformed(resp: httpx.Response, rid: str | None) -> ClefBadAnswer:
+        snippet = resp.text[:200] if resp.content else "(empty body)"
+        return ClefBadAnswer(
+            f"HTTP {resp.status_code} with a body that is not a JSON object: {snippet!r}",
+            status=resp.status_code,
+            request_id=rid,
+        )

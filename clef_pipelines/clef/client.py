@@ -1,0 +1,426 @@
+"""The one Clef client every stage shares: validation, splitting, pacing, retries, cache,
+usage. Async at heart (`ClefClient`); `SyncClefClient` runs it on a private event loop for
+callers without one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from clef_pipelines.clef.backends.base import Backend
+from clef_pipelines.clef.cache import AnswerCache, cache_key
+from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.clef.errors import (
+    ClefError,
+    ClefNotConfigured,
+    ClefRequestTooLarge,
+    ClefRetriesExhausted,
+)
+from clef_pipelines.clef.limiter import Pacer
+from clef_pipelines.clef.tokens import PROMPT_OVERHEAD_TOKENS, question_tokens, state_tokens
+from clef_pipelines.clef.usage import Usage
+from clef_pipelines.clef.wire import (
+    MAX_QUESTIONS,
+    SystemOneRequest,
+    SystemOneResponse,
+    parse_questions,
+    parse_request,
+    parse_response,
+)
+from clef_pipelines.clef.wire import (
+    Usage as WireUsage,
+)
+
+log = logging.getLogger("clef_pipelines.clef")
+_SAID: set[str] = set()
+# A retry-after longer than this is a server asking us to stop; we still honour it up to here.
+MAX_RETRY_AFTER_S = 300.0
+
+
+def _say_once(message: str, level: int = logging.INFO) -> None:
+    if message not in _SAID:
+        _SAID.add(message)
+        log.log(level, message)
+
+
+def resolve_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The backend `config` selects, and why, in plain words (for `auto`)."""
+    env = os.environ if env is None else env
+    if config.backend != "auto":
+        return config.backend, f"clef.backend is {config.backend!r}"
+    if env.get("CLOUDFLARE_ACCOUNT_ID") and env.get("CLOUDFLARE_API_TOKEN"):
+        return "workers-ai", "CLOUDFLARE_ACCOUNT_ID and CLOUDFLARE_API_TOKEN are set"
+    if config.base_url or env.get("CLEF_BASE_URL"):
+        return "self-hosted", "a self-hosted base URL is set (clef.base_url or CLEF_BASE_URL)"
+    return "off", (
+        "no Workers AI credentials (CLOUDFLARE_ACCOUNT_ID, CLOUDFLARE_API_TOKEN) and no "
+        "CLEF_BASE_URL, so Clef is off and later stages fall back, marking results degraded"
+    )
+
+
+def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Backend:
+    env = os.environ if env is None else env
+    name, why = resolve_backend(config, env)
+    if config.backend == "auto":
+        _say_once(
+            f"Clef backend: {name}, because {why}.",
+            logging.WARNING if name == "off" else logging.INFO,
+        )
+    http_kw = {
+        "timeout_s": config.timeout_s,
+        "connect_timeout_s": config.connect_timeout_s,
+        "max_connections": config.max_concurrency,
+    }
+    if name == "workers-ai":
+        from clef_pipelines.clef.backends.workers_ai import WorkersAIBackend
+
+        account, token = env.get("CLOUDFLARE_ACCOUNT_ID"), env.get("CLOUDFLARE_API_TOKEN")
+        if not account or not token:
+            raise ClefNotConfigured(
+                "clef.backend 'workers-ai' needs CLOUDFLARE_ACCOUNT_ID and CLOUDFLARE_API_TOKEN"
+            )
+        base = config.workers_ai_base_url or env.get("CLEF_WORKERS_AI_BASE_URL")
+        return WorkersAIBackend(
+            config.model, account_id=account, api_token=token, base_url=base, **http_kw
+        )
+    if name == "self-hosted":
+        from clef_pipelines.clef.backends.self_hosted import SelfHostedBackend
+
+        base = config.base_url or env.get("CLEF_BASE_URL")
+        if not base:
+            raise ClefNotConfigured(
+                "clef.backend 'self-hosted' needs clef.base_url or CLEF_BASE_URL"
+            )
+        key = None
+        if config.api_key_env:
+            key = env.get(config.api_key_env)
+            if not key:
+                raise ClefNotConfigured(
+                    f"clef.api_key_env names {config.api_key_env}, which is not set"
+                )
+        backend = SelfHostedBackend(config.model, base_url=base, api_key=key, **http_kw)
+        backend.context_tokens = config.max_length
+        return backend
+    if name == "local":
+        from clef_pipelines.clef.backends.local import LocalBackend
+
+        return LocalBackend(
+            config.model,
+            release_dir=config.release_dir,
+            device=config.device,
+            max_length=config.max_length,
+            max_batch=config.max_batch,
+            batch_wait_ms=config.batch_wait_ms,
+        )
+    if name == "ray":
+        from clef_pipelines.clef.backends.ray_pool import RayBackend
+
+        return RayBackend(
+            config.model,
+            release_dir=config.release_dir,
+            address=config.ray_address,
+            namespace=config.ray_namespace,
+            num_actors=config.ray_num_actors,
+            num_gpus_per_actor=config.ray_num_gpus_per_actor,
+            num_cpus_per_actor=config.ray_num_cpus_per_actor,
+            device=config.device,
+            max_length=config.max_length,
+            max_batch=config.max_batch,
+            batch_wait_ms=config.batch_wait_ms,
+            local_num_cpus=config.ray_local_num_cpus,
+        )
+    from clef_pipelines.clef.backends.off import OffBackend
+
+    return OffBackend(config.model, reason=why)
+
+
+def _cache_id(backend: Backend) -> str:
+    """Answers depend on who computed them: the service, a server URL, or a release folder."""
+    if backend.name == "self-hosted":
+        return f"self-hosted:{getattr(backend, 'base_url', '')}"
+    if backend.name in ("local", "ray"):
+        return f"release:{os.path.realpath(getattr(backend, 'release_dir', ''))}"
+    return backend.name
+
+
+class ClefClient:
+    """Ask Clef. One instance per event loop; share it across a run's stages."""
+
+    def __init__(
+        self,
+        config: ClefConfig | None = None,
+        *,
+        data_dir: str | Path | None = None,
+        backend: Backend | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config or ClefConfig()
+        self.backend = backend or make_backend(self.config, env)
+        self.usage = Usage(backend=self.backend.name, model=self.backend.model)
+        self.cache: AnswerCache | None = None
+        if self.config.cache and self.backend.enabled:
+            path = self.config.cache_path or (
+                str(Path(data_dir) / "clef-cache.sqlite3") if data_dir else None
+            )
+            if path:
+                self.cache = AnswerCache(path)
+        self._cache_id = _cache_id(self.backend)
+        self._pacer: Pacer | None = None
+        self._started = False
+
+    # ---- public -----------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        """False when Clef is off: callers fall back and mark their results degraded."""
+        return self.backend.enabled
+
+    @property
+    def context_tokens(self) -> int:
+        return self.config.context_tokens or self.backend.context_tokens
+
+    async def ask(
+        self,
+        state: Any,
+        questions: Mapping[str, Any],
+        *,
+        images: Sequence[str] | None = None,
+        model: str | None = None,
+        use_cache: bool = True,
+    ) -> SystemOneResponse:
+        """Ask every question about `state`. More than 64 questions, or more than fit the
+        token budget with the state, are split into several requests and the answers merged
+        in order. A state that does not fit is refused (ClefRequestTooLarge)."""
+        if not self.enabled:
+            raise ClefNotConfigured(self.backend.describe())
+        model = model or self.backend.model
+        parsed = parse_questions(dict(questions))
+        parts = self._plan(state, parsed)
+        requests = [
+            parse_request(
+                {
+                    "model": model,
+                    "state": state,
+                    "questions": {
+                        qid: q.model_dump(mode="json", exclude_none=True) for qid, q in part.items()
+                    },
+                    **({"images": list(images)} if images else {}),
+                }
+            )
+            for part in parts
+        ]
+        if len(requests) == 1:
+            return await self._ask_one(requests[0], use_cache)
+        answers = await asyncio.gather(*(self._ask_one(r, use_cache) for r in requests))
+        merged: dict[str, Any] = {}
+        for a in answers:
+            merged.update(a.answers)
+        return SystemOneResponse(
+            model=answers[0].model,
+            answers=merged,
+            usage=WireUsage(
+                input_tokens=sum(a.usage.input_tokens for a in answers),
+                output_tokens=sum(a.usage.output_tokens for a in answers),
+            ),
+        )
+
+    async def ask_body(
+        self, body: Mapping[str, Any], *, use_cache: bool = True
+    ) -> SystemOneResponse:
+        """Ask with a whole request body (`model` optional); split like `ask`."""
+        return await self.ask(
+            body.get("state"),
+            body.get("questions") or {},
+            images=body.get("images"),
+            model=body.get("model"),
+            use_cache=use_cache,
+        )
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+        if self.cache is not None:
+            self.cache.close()
+            self.cache = None
+
+    async def __aenter__(self) -> ClefClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ---- inside -----------------------------------------------------------------------
+
+    def _plan(self, state: Any, questions: dict[str, Any]) -> list[dict[str, Any]]:
+        """Group questions so each request fits the budget and holds at most 64."""
+        counter = self.backend.counter
+        budget = self.context_tokens
+        st = state_tokens(counter, state)
+        if self.config.max_state_tokens is not None and st > self.config.max_state_tokens:
+            raise ClefRequestTooLarge(
+                f"state: {st} tokens ({counter.name}) over clef.max_state_tokens="
+                f"{self.config.max_state_tokens}; it is never truncated: shorten or split it",
+                field="state",
+            )
+        room = budget - st - PROMPT_OVERHEAD_TOKENS
+        if room <= 0:
+            raise ClefRequestTooLarge(
+                f"state: {st} tokens ({counter.name}) leave no room for questions in the "
+                f"{budget}-token budget of {self.backend.name}; it is never truncated: "
+                "shorten or split it",
+                field="state",
+            )
+        parts: list[dict[str, Any]] = [{}]
+        used = 0
+        for qid, q in questions.items():
+            n = question_tokens(counter, qid, q)
+            if n > room:
+                raise ClefRequestTooLarge(
+                    f"questions.{qid}: {n} tokens do not fit beside the state "
+                    f"({st} tokens) in the {budget}-token budget",
+                    field=f"questions.{qid}",
+                )
+            if parts[-1] and (used + n > room or len(parts[-1]) >= MAX_QUESTIONS):
+                parts.append({})
+                used = 0
+            parts[-1][qid] = q
+            used += n
+        return parts
+
+    def _pacer_now(self) -> Pacer:
+        if self._pacer is None:
+            c = self.config
+            self._pacer = Pacer(c.requests_per_second, c.tokens_per_second, c.max_concurrency)
+        return self._pacer
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after is not None:
+            return min(float(retry_after), MAX_RETRY_AFTER_S)
+        cap = min(
+            self.config.backoff_max_s, self.config.backoff_base_s * 2 ** (state.attempt_number - 1)
+        )
+        # Equal jitter: at least half the backoff, so a crowd of clients spreads out without
+        # any one of them retrying at once.
+        return cap / 2 + random.uniform(0, cap / 2)
+
+    async def _ask_one(self, request: SystemOneRequest, use_cache: bool) -> SystemOneResponse:
+        started = time.perf_counter()
+        wire = request.wire()
+        key = cache_key(self._cache_id, request.model, wire) if self.cache is not None else None
+        if key and use_cache and self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                resp = parse_response(hit, request)
+                self.usage.record(latency_ms=(time.perf_counter() - started) * 1e3, cached=True)
+                return resp
+        if not self._started:
+            await self.backend.start()
+            self._started = True
+        pacer = self._pacer_now()
+        tokens = state_tokens(self.backend.counter, request.state)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.config.max_retries + 1),
+            retry=retry_if_exception(lambda e: isinstance(e, ClefError) and e.retryable),
+            wait=self._wait,
+            before_sleep=lambda _s: self.usage.add_retry(),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    # Hold a concurrency slot while sending only, not while backing off.
+                    async with pacer.slots:
+                        await pacer.admit(tokens)
+                        body = await self.backend.send(request)
+            resp = parse_response(body, request)
+        except ClefError as exc:
+            self.usage.add_error()
+            if exc.retryable:
+                n = self.config.max_retries + 1
+                raise ClefRetriesExhausted(
+                    f"gave up after {n} attempt(s): {exc}", last=exc, attempts=n
+                ) from exc
+            raise
+        self.usage.record(
+            latency_ms=(time.perf_counter() - started) * 1e3,
+            cached=False,
+            input_tokens=resp.usage.input_tokens,
+            output_tokens=resp.usage.output_tokens,
+        )
+        if key and self.cache is not None:
+            self.cache.put(key, self._cache_id, request.model, resp.wire())
+        return resp
+
+
+class SyncClefClient:
+    """The same client for code without an event loop: a private loop on a daemon thread."""
+
+    def __init__(self, config: ClefConfig | None = None, **kw: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="clef-client-loop", daemon=True
+        )
+        self._thread.start()
+        self.client = ClefClient(config, **kw)
+
+    def _run(self, coro: Any) -> Any:
+        fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return fut.result()
+
+    @property
+    def enabled(self) -> bool:
+        return self.client.enabled
+
+    @property
+    def usage(self) -> Usage:
+        return self.client.usage
+
+    @property
+    def backend(self) -> Backend:
+        return self.client.backend
+
+    def ask(self, state: Any, questions: Mapping[str, Any], **kw: Any) -> SystemOneResponse:
+        return self._run(self.client.ask(state, questions, **kw))
+
+    def ask_body(self, body: Mapping[str, Any], **kw: Any) -> SystemOneResponse:
+        return self._run(self.client.ask_body(body, **kw))
+
+    def ask_many(
+        self, items: Sequence[tuple[Any, Mapping[str, Any]]], **kw: Any
+    ) -> list[SystemOneResponse | ClefError]:
+        """Ask several (state, questions) pairs concurrently; errors come back in place."""
+
+        async def run() -> list[Any]:
+            return await asyncio.gather(
+                *(self.client.ask(s, q, **kw) for s, q in items), return_exceptions=True
+            )
+
+        out = self._run(run())
+        for r in out:
+            if isinstance(r, BaseException) and not isinstance(r, ClefError):
+                raise r
+        return out
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self.client.aclose())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._loop.close()
+
+    def __enter__(self) -> SyncClefClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
