@@ -20,13 +20,10 @@ _BULLET = re.compile(r"^\s*(?:[-*•]|\d{1,3}[.)])\s+\S")
 
 def _is_caps_heading(line: str) -> bool:
     s = line.strip()
+    if len(s) > 80 or s.endswith((".", ",", ";")):
+        return False
     letters = [c for c in s if c.isalpha()]
-    return (
-        len(letters) >= 3
-        and len(s) <= 80
-        and all(c.isupper() for c in letters)
-        and not s.endswith((".", ",", ";"))
-    )
+    return len(letters) >= 3 and all(c.isupper() for c in letters)
 
 
 def _paragraphs(idx: LineIndex) -> list[tuple[int, int]]:

