@@ -189,6 +189,12 @@ class ClefClient:
     def context_tokens(self) -> int:
         return self.config.context_tokens or self.backend.context_tokens
 
+    async def start(self) -> None:
+        """Connect or load the engine now rather than on the first request."""
+        if not self._started:
+            await self.backend.start()
+            self._started = True
+
     async def ask(
         self,
         state: Any,
@@ -324,9 +330,7 @@ class ClefClient:
                 resp = parse_response(hit, request)
                 self.usage.record(latency_ms=(time.perf_counter() - started) * 1e3, cached=True)
                 return resp
-        if not self._started:
-            await self.backend.start()
-            self._started = True
+        await self.start()
         pacer = self._pacer_now()
         tokens = state_tokens(self.backend.counter, request.state)
         retrying = AsyncRetrying(
@@ -389,6 +393,9 @@ class SyncClefClient:
     @property
     def backend(self) -> Backend:
         return self.client.backend
+
+    def start(self) -> None:
+        self._run(self.client.start())
 
     def ask(self, state: Any, questions: Mapping[str, Any], **kw: Any) -> SystemOneResponse:
         return self._run(self.client.ask(state, questions, **kw))
