@@ -101,7 +101,9 @@ def _is_abbreviation(text: str, end_of_punct: int) -> bool:
 
 def _split_paragraph(text: str, start: int, end: int, out: list[tuple[int, int]]) -> None:
     pos = start
-    for m in _CANDIDATE.finditer(text, start, end):
+    while pos < end and text[pos].isspace():
+        pos += 1
+    for m in _CANDIDATE.finditer(text, pos, end):
         punct_end = m.end()
         # An ellipsis needs no check: the lookahead already wants an upper-case word next.
         # Find where the terminal punctuation itself ends (before closing quotes).

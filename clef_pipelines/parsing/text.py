@@ -1,7 +1,7 @@
 """Plain text -> blocks: paragraphs split on blank lines, with light heading/list detection.
 
-A heading is a line underlined with `===` or `---`, or a short line in ALL CAPS at the start
-of a paragraph; heading levels follow the order in which these styles first appear. A paragraph whose first line starts with a bullet
+A heading is a line underlined with `===` (level 1) or `---` (level 2), or a short line in
+ALL CAPS at the start of a paragraph (level 2: FAQ sections under an underlined title). A paragraph whose first line starts with a bullet
 (`-`, `*`, `•`, `1.`, `1)`) becomes one list item per bullet line. Paragraph and list-item
 text is the exact source span, so offsets are exact.
 """
@@ -46,26 +46,19 @@ def parse_text(original: str) -> list[Block]:
     idx = LineIndex(original)
     out = BlockBuilder(original)
     lines = idx.lines
-    styles: list[str] = []
-
-    def level(style: str) -> int:
-        if style not in styles:
-            styles.append(style)
-        return styles.index(style) + 1
-
     for first, stop in _paragraphs(idx):
         # Underlined heading: "Title" / "=====" (the underline at least 3 long).
         if stop - first >= 2:
             m = _UNDERLINE.match(lines[first + 1])
             if m and len(m.group(1)) >= 3 and lines[first].strip():
                 s, e = idx.span(first, first + 2)
-                out.heading(lines[first], level(m.group(1)[0]), s, e)
+                out.heading(lines[first], 1 if m.group(1)[0] == "=" else 2, s, e)
                 first += 2
                 if first >= stop:
                     continue
         if _is_caps_heading(lines[first]):
             s, e = idx.span(first, first + 1)
-            out.heading(lines[first], level("caps"), s, e)
+            out.heading(lines[first], 2, s, e)
             first += 1
             if first >= stop:
                 continue
