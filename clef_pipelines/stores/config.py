@@ -12,9 +12,31 @@ from clef_pipelines._strict import StrictModel
 class LanceDBConfig(StrictModel):
     """Embedded LanceDB under the data directory (the default)."""
 
-    path: str | None = Field(None, description="Folder of the database; default <data_dir>/lancedb.")
+    path: str | None = Field(
+        None, description="Folder of the database; default <data_dir>/lancedb."
+    )
     index_threshold: int = Field(
-        50_000, description="Build an ANN index once a collection holds this many rows."
+        50_000, ge=1, description="Build an ANN index once a collection holds this many rows."
+    )
+    index_type: Literal["IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT"] = Field(
+        "IVF_HNSW_SQ", description="ANN index built at the threshold."
+    )
+    nprobes: int = Field(20, ge=1, description="IVF partitions searched per query.")
+    refine_factor: int = Field(
+        10, ge=1, description="Re-rank k * refine_factor candidates with exact distances."
+    )
+    ef: int = Field(100, ge=1, description="HNSW candidate list size per query (IVF_HNSW_*).")
+    cleanup_older_than_s: float = Field(
+        60.0,
+        ge=0,
+        description="Optimize deletes table versions older than this (0: all but the latest; "
+        "unsafe while another process reads the table).",
+    )
+    optimize_every: int = Field(
+        20,
+        ge=0,
+        description="Compact, update indexes and delete old versions every N writes (0: only "
+        "in maintain()).",
     )
 
 
@@ -26,6 +48,8 @@ class QdrantConfig(StrictModel):
     path: str | None = Field(
         None, description="Local mode folder or ':memory:'; default <data_dir>/qdrant."
     )
+    batch_size: int = Field(1000, ge=1, description="Points per upsert request.")
+    timeout_s: int = Field(60, ge=1, description="Request timeout against a server.")
 
 
 class PgVectorConfig(StrictModel):
@@ -35,6 +59,9 @@ class PgVectorConfig(StrictModel):
         "CLEF_PG_DSN", description="Name of the env variable holding the connection string."
     )
     schema_name: str = Field("public", description="Schema that holds one table per collection.")
+    hnsw_m: int = Field(16, ge=2, description="HNSW graph degree (index build parameter).")
+    hnsw_ef_construction: int = Field(64, ge=4, description="HNSW build candidate list size.")
+    ef_search: int = Field(100, ge=1, description="HNSW search candidate list size (>= top_k).")
 
 
 class StoreConfig(StrictModel):

@@ -1,0 +1,83 @@
+"""Open the store a `StoreConfig` names."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from clef_pipelines.stores.base import StoreError, VectorStore
+from clef_pipelines.stores.config import StoreConfig
+
+
+def _under(data_dir: pathlib.Path, path: str | None, default: str) -> pathlib.Path:
+    if path is None:
+        return pathlib.Path(data_dir) / default
+    p = pathlib.Path(path).expanduser()
+    return p if p.is_absolute() else pathlib.Path(data_dir) / p
+
+
+def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
+    """The store for ``config.kind``; relative paths are resolved under ``data_dir``."""
+    kind = config.kind
+    if kind == "lancedb":
+        from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+        c = config.lancedb
+        return LanceDBStore(
+            _under(data_dir, c.path, "lancedb"),
+            index_threshold=c.index_threshold,
+            index_type=c.index_type,
+            nprobes=c.nprobes,
+            refine_factor=c.refine_factor,
+            optimize_every=c.optimize_every,
+            ef=c.ef,
+            cleanup_older_than_s=c.cleanup_older_than_s,
+        )
+    if kind == "qdrant":
+        try:
+            from clef_pipelines.stores.qdrant_store import QdrantStore
+        except ImportError as exc:  # pragma: no cover - optional dependency
+            raise StoreError(
+                "store.kind 'qdrant' needs qdrant-client: pip install 'clef-pipelines[qdrant]'"
+            ) from exc
+        q = config.qdrant
+        if q.url:
+            api_key = None
+            if q.api_key_env:
+                api_key = os.environ.get(q.api_key_env)
+                if not api_key:
+                    raise StoreError(
+                        f"store.qdrant.api_key_env names {q.api_key_env!r}, which is not set"
+                    )
+            return QdrantStore(
+                url=q.url, api_key=api_key, batch_size=q.batch_size, timeout=q.timeout_s
+            )
+        path = ":memory:" if q.path == ":memory:" else str(_under(data_dir, q.path, "qdrant"))
+        return QdrantStore(path=path, batch_size=q.batch_size)
+    if kind == "pgvector":
+        p = config.pgvector
+        dsn = os.environ.get(p.dsn_env)
+        if not dsn:
+            raise StoreError(
+                f"store.kind 'pgvector' reads its connection string from the env variable "
+                f"{p.dsn_env!r}, which is not set (e.g. postgresql://user@127.0.0.1:5432/db)"
+            )
+        try:
+            from clef_pipelines.stores.pgvector_store import PgVectorStore
+        except ImportError as exc:  # pragma: no cover - optional dependency
+            raise StoreError(
+                "store.kind 'pgvector' needs psycopg and pgvector: "
+                "pip install 'clef-pipelines[postgres]'"
+            ) from exc
+        return PgVectorStore(
+            dsn,
+            schema=p.schema_name,
+            hnsw_m=p.hnsw_m,
+            hnsw_ef_construction=p.hnsw_ef_construction,
+            ef_search=p.ef_search,
+        )
+    if kind == "memory":
+        from clef_pipelines.stores.memory import MemoryStore
+
+        return MemoryStore()
+    raise StoreError(f"unknown store kind {kind!r}")  # pragma: no cover - pydantic guards it

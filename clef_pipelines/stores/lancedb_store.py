@@ -1,0 +1,501 @@
+"""LanceDB (embedded) adapter, the default store.
+
+- One table per collection: ``id`` (string), ``vector`` (fixed-size list of float32), one typed
+  column per declared field, ``_extra`` (JSON of undeclared scalar fields).
+- Upserts are ``merge_insert("id")`` (update all / insert all).
+- Scalar indexes (BTREE; BITMAP for bools) on ``id`` and the filter fields; an ANN index
+  (IVF_HNSW_SQ by default) once a collection holds ``index_threshold`` rows. Searches are
+  prefiltered; with an ANN index they refine with exact distances, and fall back to exact
+  search when the index returns fewer than k rows that a filter admits.
+- Every ``optimize_every`` writes (and in `maintain`) the table is compacted, its indexes
+  updated and versions older than ``cleanup_older_than_s`` removed (``optimize(
+  cleanup_older_than=...)``), so the disk does not grow without bound. The ANN index is
+  rebuilt when the table has doubled since it was trained.
+- Spec and manifest live in ``<path>/_clef_meta/<collection>.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from clef_pipelines.stores._common import (
+    check_collection_name,
+    check_ids,
+    check_query_vector,
+    check_top_k,
+    extras_from_json,
+    extras_to_json,
+    merge_specs,
+    normalise_spec,
+    output_record,
+    prepare_records,
+    score,
+    spec_from_json,
+    spec_to_json,
+)
+from clef_pipelines.stores.base import (
+    CollectionSpec,
+    Filter,
+    Hit,
+    Metric,
+    Record,
+    StoreError,
+    VectorStore,
+)
+from clef_pipelines.stores.filters import (
+    And,
+    Const,
+    In,
+    Node,
+    parse_filter,
+    to_lance,
+    with_quarantine,
+)
+
+_ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
+_CAST = {"str": "string", "int": "bigint", "float": "double", "bool": "boolean"}
+_META_DIR = "_clef_meta"
+_EXTRA = "_extra"
+_ID_CHUNK = 1000
+
+
+def _canonical(metric: Metric, distance: float) -> float:
+    """LanceDB's ``_distance`` -> cosine distance, L2 distance, or inner product."""
+    if metric == "l2":
+        return float(np.sqrt(max(distance, 0.0)))  # LanceDB reports squared L2
+    if metric == "dot":
+        return 1.0 - distance  # LanceDB reports 1 - <a, b>
+    return distance
+
+
+class LanceDBStore(VectorStore):
+    kind = "lancedb"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        index_threshold: int = 50_000,
+        index_type: str = "IVF_HNSW_SQ",
+        nprobes: int = 20,
+        refine_factor: int = 10,
+        optimize_every: int = 20,
+        ef: int = 100,
+        cleanup_older_than_s: float = 60.0,
+    ) -> None:
+        import lancedb
+
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / _META_DIR).mkdir(exist_ok=True)
+        self.index_threshold = index_threshold
+        self.index_type = index_type
+        self.nprobes = nprobes
+        self.refine_factor = refine_factor
+        self.optimize_every = optimize_every
+        self.ef = ef
+        self.cleanup_older_than_s = cleanup_older_than_s
+        # Strong consistency: other processes (Dagster steps) may write the same tables.
+        self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
+        self._tables: dict[str, Any] = {}
+        self._specs: dict[str, CollectionSpec] = {}
+        self._writes: dict[str, int] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ meta
+
+    def _meta_path(self, name: str) -> Path:
+        return self.path / _META_DIR / f"{name}.json"
+
+    def _read_meta(self, name: str) -> dict[str, Any] | None:
+        p = self._meta_path(name)
+        if not p.exists():
+            return None
+        return json.loads(p.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+
+    def _write_meta(self, name: str, meta: dict[str, Any]) -> None:
+        p = self._meta_path(name)
+        tmp = p.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(meta, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, p)
+
+    def get_spec(self, name: str) -> CollectionSpec:
+        meta = self._read_meta(check_collection_name(name))
+        if meta is None or not self._db_has(name):
+            raise StoreError(f"collection {name!r} does not exist in LanceDB at {self.path}")
+        spec = spec_from_json(meta["spec"])
+        self._specs[name] = spec
+        return spec
+
+    def _table_names(self) -> set[str]:
+        names: set[str] = set()
+        token: str | None = None
+        while True:
+            resp = self._db.list_tables(page_token=token)
+            names.update(resp.tables)
+            token = resp.page_token
+            if not token:
+                return names
+
+    def _db_has(self, name: str) -> bool:
+        if name in self._tables:
+            return (self.path / f"{name}.lance").exists() or name in self._table_names()
+        return name in self._table_names()
+
+    def _table(self, name: str) -> Any:
+        t = self._tables.get(name)
+        if t is None:
+            t = self._db.open_table(name)
+            self._tables[name] = t
+        return t
+
+    @staticmethod
+    def _schema(spec: CollectionSpec) -> pa.Schema:
+        cols = [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), spec.dimension)),
+        ]
+        cols += [pa.field(f, _ARROW[t]) for f, t in spec.fields.items()]
+        cols.append(pa.field(_EXTRA, pa.string()))
+        return pa.schema(cols)
+
+    # ------------------------------------------------------------ collections
+
+    def ensure_collection(self, spec: CollectionSpec) -> None:
+        spec = normalise_spec(spec)
+        with self._lock:
+            meta = self._read_meta(spec.name)
+            if meta is not None and self._db_has(spec.name):
+                old = spec_from_json(meta["spec"])
+                new = merge_specs(old, spec)
+                added = {f: t for f, t in new.fields.items() if f not in old.fields}
+                if added:
+                    self._table(spec.name).add_columns(
+                        {f: f"CAST(NULL AS {_CAST[t]})" for f, t in added.items()}
+                    )
+                if new != old:
+                    meta["spec"] = spec_to_json(new)
+                    self._write_meta(spec.name, meta)
+                    self._ensure_scalar_indexes(new)
+                self._specs[spec.name] = new
+                return
+            if self._db_has(spec.name):
+                # A table without our metadata: refuse rather than guess its metric.
+                raise StoreError(
+                    f"LanceDB table {spec.name!r} exists at {self.path} but was not created by "
+                    "this store (no metadata); drop it or use another name"
+                )
+            t = self._db.create_table(spec.name, schema=self._schema(spec), exist_ok=False)
+            self._tables[spec.name] = t
+            self._write_meta(spec.name, {"spec": spec_to_json(spec), "manifest": None})
+            self._specs[spec.name] = spec
+
+    def has_collection(self, name: str) -> bool:
+        return self._meta_path(name).exists() and self._db_has(name)
+
+    def list_collections(self) -> list[str]:
+        names = [p.stem for p in (self.path / _META_DIR).glob("*.json")]
+        return sorted(n for n in names if self._db_has(n))
+
+    def drop(self, collection: str) -> None:
+        check_collection_name(collection)
+        with self._lock:
+            self._tables.pop(collection, None)
+            self._specs.pop(collection, None)
+            if self._db_has(collection):
+                self._db.drop_table(collection)
+            self._meta_path(collection).unlink(missing_ok=True)
+
+    # ----------------------------------------------------------------- writes
+
+    def upsert(self, collection: str, records: Sequence[Record]) -> int:
+        spec = self.get_spec(collection)
+        prep = prepare_records(spec, records)
+        if not len(prep):
+            return 0
+        n, dim = prep.vectors.shape
+        columns: dict[str, pa.Array] = {
+            "id": pa.array(prep.ids, pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(
+                pa.array(prep.vectors.reshape(-1), pa.float32()), dim
+            ),
+        }
+        for f, t in spec.fields.items():
+            columns[f] = pa.array([p[f] for p in prep.payloads], _ARROW[t])
+        columns[_EXTRA] = pa.array([extras_to_json(e) for e in prep.extras], pa.string())
+        data = pa.Table.from_pydict(columns, schema=self._schema(spec))
+        with self._lock:
+            t = self._table(collection)
+            (
+                t.merge_insert("id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute(data)
+            )
+            self._after_write(spec)
+        return n
+
+    def delete(
+        self, collection: str, *, ids: Sequence[str] | None = None, where: Filter | None = None
+    ) -> int:
+        spec = self.get_spec(collection)
+        if ids is None and where is None:
+            raise StoreError(
+                f"collection {collection!r}: delete needs ids or where (use where={{}} to "
+                "delete everything)"
+            )
+        node = parse_filter(where, spec.fields)
+        if isinstance(node, Const) and not node.value:
+            return 0
+        clauses: list[str | None] = []
+        if ids is not None:
+            id_list = check_ids(ids, collection)
+            for i in range(0, len(id_list), _ID_CHUNK):
+                chunk = tuple(id_list[i : i + _ID_CHUNK])
+                clauses.append(to_lance(And((In("id", chunk, False, "str"), node))))
+        else:
+            clauses.append(to_lance(node))
+        deleted = 0
+        with self._lock:
+            t = self._table(collection)
+            for clause in clauses:
+                res = t.delete(clause if clause is not None else "true")
+                deleted += int(getattr(res, "num_deleted_rows", 0) or 0)
+            if clauses:
+                self._after_write(spec)
+        return deleted
+
+    def _after_write(self, spec: CollectionSpec) -> None:
+        name = spec.name
+        self._writes[name] = self._writes.get(name, 0) + 1
+        self._index_if_due(spec)
+        if self._writes[name] == 1:
+            self._ensure_scalar_indexes(spec)
+        if self.optimize_every and self._writes[name] % self.optimize_every == 0:
+            self._optimize(name)
+
+    def _index_if_due(self, spec: CollectionSpec) -> str | None:
+        """Build the ANN index at the threshold; rebuild it when the table has doubled since
+        (its partitions and quantiser were trained on the data of the time)."""
+        t = self._table(spec.name)
+        n = t.count_rows()
+        if n < self.index_threshold:
+            return None
+        meta = self._read_meta(spec.name) or {}
+        built = int((meta.get("index") or {}).get("rows", 0))
+        if self._has_vector_index(t) and built and n < 2 * built:
+            return None
+        kind = self._build_vector_index(spec)
+        meta = self._read_meta(spec.name) or {"spec": spec_to_json(spec), "manifest": None}
+        meta["index"] = {"type": kind, "rows": n}
+        self._write_meta(spec.name, meta)
+        return kind
+
+    # ---------------------------------------------------------------- indexes
+
+    @staticmethod
+    def _has_vector_index(t: Any) -> bool:
+        return any("vector" in ix.columns for ix in t.list_indices())
+
+    def _ensure_scalar_indexes(self, spec: CollectionSpec) -> list[str]:
+        t = self._table(spec.name)
+        if t.count_rows() == 0:
+            return []
+        have = {c for ix in t.list_indices() for c in ix.columns}
+        made = []
+        for f in ("id", *spec.filter_fields):
+            if f in have:
+                continue
+            kind = "BITMAP" if spec.fields.get(f) == "bool" else "BTREE"
+            t.create_scalar_index(f, index_type=kind, replace=True)
+            made.append(f)
+        return made
+
+    def _build_vector_index(self, spec: CollectionSpec) -> str:
+        from lancedb.index import HnswSq, IvfFlat, IvfPq
+
+        t = self._table(spec.name)
+        n = t.count_rows()
+        parts = max(1, min(256, int(np.sqrt(n) / 2)))
+        config: Any
+        if self.index_type == "IVF_PQ":
+            sub = next(s for s in (48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) if spec.dimension % s == 0)
+            config = IvfPq(distance_type=spec.metric, num_partitions=parts, num_sub_vectors=sub)
+        elif self.index_type == "IVF_FLAT":
+            config = IvfFlat(distance_type=spec.metric, num_partitions=parts)
+        else:
+            config = HnswSq(distance_type=spec.metric, num_partitions=max(1, n // 100_000 + 1))
+        t.create_index("vector", config=config, replace=True)
+        return self.index_type
+
+    def _optimize(self, name: str) -> None:
+        # Compacts fragments, folds new rows into the indexes, and deletes versions older than
+        # the window (0 would break a concurrent reader of an older version).
+        self._table(name).optimize(cleanup_older_than=timedelta(seconds=self.cleanup_older_than_s))
+
+    def maintain(self, collection: str) -> dict[str, Any]:
+        spec = self.get_spec(collection)
+        done: dict[str, Any] = {}
+        with self._lock:
+            t = self._table(collection)
+            n = t.count_rows()
+            done["rows"] = n
+            made = self._ensure_scalar_indexes(spec)
+            if made:
+                done["scalar_indexes"] = made
+            built = self._index_if_due(spec)
+            if built:
+                done["vector_index"] = built
+            before = t.version
+            self._optimize(collection)
+            done["optimized"] = True
+            done["versions_before"] = before
+            done["versions_kept"] = len(t.list_versions())
+        return done
+
+    # ------------------------------------------------------------------ reads
+
+    def _select(self, spec: CollectionSpec, fields: Sequence[str] | None) -> list[str]:
+        if fields is None:
+            return ["id", *spec.fields, _EXTRA]
+        cols = ["id"] + [f for f in fields if f in spec.fields and f != "id"]
+        if any(f not in spec.fields and f != "id" for f in fields):
+            cols.append(_EXTRA)
+        return cols
+
+    def _rows(
+        self, spec: CollectionSpec, tbl: pa.Table, fields: Sequence[str] | None
+    ) -> list[Record]:
+        data = tbl.to_pydict()
+        n = tbl.num_rows
+        out = []
+        for i in range(n):
+            payload = {f: data[f][i] for f in spec.fields if f in data}
+            extra = extras_from_json(data[_EXTRA][i]) if _EXTRA in data else None
+            vec = data["vector"][i] if "vector" in data else None
+            out.append(output_record(spec, data["id"][i], payload, extra, fields, vector=vec))
+        return out
+
+    def get(
+        self, collection: str, ids: Sequence[str], *, with_vectors: bool = False
+    ) -> list[Record]:
+        spec = self.get_spec(collection)
+        id_list = check_ids(ids, collection)
+        cols = self._select(spec, None) + (["vector"] if with_vectors else [])
+        out: list[Record] = []
+        t = self._table(collection)
+        for i in range(0, len(id_list), _ID_CHUNK):
+            chunk = tuple(id_list[i : i + _ID_CHUNK])
+            clause = to_lance(In("id", chunk, False, "str"))
+            tbl = t.search().where(clause).select(cols).limit(len(chunk)).to_arrow()
+            out.extend(self._rows(spec, tbl, None))
+        return out
+
+    def scan(
+        self,
+        collection: str,
+        *,
+        where: Filter | None = None,
+        fields: Sequence[str] | None = None,
+    ) -> Iterator[Record]:
+        spec = self.get_spec(collection)
+        node = parse_filter(where, spec.fields)
+        if isinstance(node, Const) and not node.value:
+            return
+        clause = to_lance(node)
+        t = self._table(collection)
+        q = t.search()
+        if clause is not None:
+            q = q.where(clause)
+        tbl = q.select(self._select(spec, fields)).limit(None).to_arrow()
+        yield from self._rows(spec, tbl, fields)
+
+    def count(self, collection: str, *, where: Filter | None = None) -> int:
+        spec = self.get_spec(collection)
+        node = parse_filter(where, spec.fields)
+        if isinstance(node, Const) and not node.value:
+            return 0
+        return int(self._table(collection).count_rows(to_lance(node)))
+
+    def query(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        spec = self.get_spec(collection)
+        q = check_query_vector(spec, vector)
+        check_top_k(top_k)
+        node: Node = with_quarantine(
+            parse_filter(where, spec.fields), spec.fields, include_quarantined
+        )
+        if top_k == 0 or (isinstance(node, Const) and not node.value):
+            return []
+        clause = to_lance(node)
+        t = self._table(collection)
+        indexed = self._has_vector_index(t)
+        tbl = self._search(t, spec, q, clause, top_k, exact=not indexed)
+        if indexed and tbl.num_rows < top_k and t.count_rows(clause) > tbl.num_rows:
+            # The ANN index found fewer than k rows the filter admits: search exactly.
+            tbl = self._search(t, spec, q, clause, top_k, exact=True)
+        rows = self._rows(spec, tbl, None)
+        hits = []
+        for rec, d in zip(rows, tbl["_distance"].to_pylist(), strict=True):
+            canon = _canonical(spec.metric, float(d))
+            hits.append(
+                Hit(id=rec["id"], score=score(spec.metric, canon), raw_score=float(d), record=rec)
+            )
+        hits.sort(key=lambda h: (-h.score, h.id))
+        return hits
+
+    def _search(
+        self,
+        t: Any,
+        spec: CollectionSpec,
+        q: np.ndarray,
+        clause: str | None,
+        top_k: int,
+        *,
+        exact: bool,
+    ) -> pa.Table:
+        s = t.search(q, vector_column_name="vector").distance_type(spec.metric)
+        if clause is not None:
+            s = s.where(clause, prefilter=True)
+        if exact:
+            s = s.bypass_vector_index()
+        else:
+            s = s.nprobes(self.nprobes).refine_factor(self.refine_factor)
+            if self.index_type.startswith("IVF_HNSW"):
+                s = s.ef(max(self.ef, 2 * top_k))
+        return s.select(self._select(spec, None)).limit(top_k).to_arrow()
+
+    # --------------------------------------------------------------- manifest
+
+    def get_manifest(self, collection: str) -> dict[str, Any] | None:
+        meta = self._read_meta(check_collection_name(collection))
+        if meta is None:
+            return None
+        return meta.get("manifest")
+
+    def put_manifest(self, collection: str, manifest: dict[str, Any]) -> None:
+        with self._lock:
+            meta = self._read_meta(check_collection_name(collection))
+            if meta is None or not self._db_has(collection):
+                raise StoreError(f"collection {collection!r} does not exist in LanceDB")
+            meta["manifest"] = json.loads(json.dumps(manifest))
+            self._write_meta(collection, meta)
+
+    def close(self) -> None:
+        self._tables.clear()

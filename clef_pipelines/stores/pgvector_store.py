@@ -1,0 +1,527 @@
+"""PostgreSQL + pgvector adapter through psycopg 3.
+
+- One table per collection in the configured schema: ``id text primary key``, ``_vec
+  vector(dim)``, one typed column per declared field, ``_extra jsonb`` (undeclared scalars).
+- An HNSW index with the metric's operator class (``vector_cosine_ops`` / ``vector_l2_ops`` /
+  ``vector_ip_ops``) and B-tree indexes on the filter fields.
+- Queries run with ``hnsw.iterative_scan = relaxed_order`` so a selective filter still yields
+  k rows; results are re-sorted exactly, and if the index still returns fewer than k rows that
+  the filter admits, the query is repeated without the index (exact).
+- Filters are compiled to ``psycopg.sql`` with ``%s`` parameters: values are never formatted
+  into SQL. Identifiers go through ``sql.Identifier``.
+- Upserts stage rows with binary COPY, then ``INSERT .. ON CONFLICT (id) DO UPDATE``.
+- Spec and manifest live in ``<schema>._clef_collections``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from clef_pipelines.stores._common import (
+    check_collection_name,
+    check_ids,
+    check_query_vector,
+    check_top_k,
+    extras_from_json,
+    merge_specs,
+    normalise_spec,
+    output_record,
+    prepare_records,
+    score,
+    spec_from_json,
+    spec_to_json,
+)
+from clef_pipelines.stores.base import (
+    CollectionSpec,
+    Filter,
+    Hit,
+    Metric,
+    Record,
+    StoreError,
+    VectorStore,
+)
+from clef_pipelines.stores.filters import (
+    And,
+    Const,
+    In,
+    Node,
+    parse_filter,
+    pg_params,
+    to_pg,
+    with_quarantine,
+)
+
+META_TABLE = "_clef_collections"
+_VEC = "_vec"
+_EXTRA = "_extra"
+_PG_TYPES = {"str": "text", "int": "bigint", "float": "double precision", "bool": "boolean"}
+_OPS: dict[str, tuple[str, str]] = {
+    "cosine": ("<=>", "vector_cosine_ops"),
+    "l2": ("<->", "vector_l2_ops"),
+    "dot": ("<#>", "vector_ip_ops"),
+}
+_HNSW_MAX_DIM = 2000
+
+
+def _canonical(metric: Metric, distance: float) -> float:
+    """pgvector's operator value -> cosine distance, L2 distance, or inner product."""
+    return -distance if metric == "dot" else distance  # <#> is the negative inner product
+
+
+def _ix(name: str, what: str) -> str:
+    return "clef_ix_" + hashlib.sha1(f"{name}\x1f{what}".encode()).hexdigest()[:20]
+
+
+class PgVectorStore(VectorStore):
+    kind = "pgvector"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "public",
+        hnsw_m: int = 16,
+        hnsw_ef_construction: int = 64,
+        ef_search: int = 100,
+    ) -> None:
+        import psycopg
+        from pgvector.psycopg import register_vector
+
+        try:
+            self._conn = psycopg.connect(dsn, autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        self.schema = schema
+        self.hnsw_m = hnsw_m
+        self.hnsw_ef_construction = hnsw_ef_construction
+        self.ef_search = ef_search
+        self._lock = threading.RLock()
+        from psycopg import sql
+
+        with self._conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'")
+            if cur.fetchone() is None:
+                try:
+                    cur.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                except psycopg.Error as exc:
+                    raise StoreError(
+                        f"the pgvector extension is not installed and cannot be created: {exc}"
+                    ) from exc
+            cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            cur.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (name text PRIMARY KEY, spec jsonb NOT NULL, "
+                    "manifest jsonb)"
+                ).format(self._t(META_TABLE))
+            )
+        register_vector(self._conn)
+
+    def _t(self, name: str) -> Any:
+        from psycopg import sql
+
+        return sql.Identifier(self.schema, name)
+
+    # ------------------------------------------------------------------ meta
+
+    def _read_meta(self, name: str) -> tuple[dict[str, Any], Any] | None:
+        from psycopg import sql
+
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT spec, manifest FROM {} WHERE name = %s").format(
+                    self._t(META_TABLE)
+                ),
+                (name,),
+            )
+            row = cur.fetchone()
+        return None if row is None else (row[0], row[1])
+
+    def get_spec(self, name: str) -> CollectionSpec:
+        meta = self._read_meta(check_collection_name(name))
+        if meta is None:
+            raise StoreError(f"collection {name!r} does not exist in PostgreSQL")
+        return spec_from_json(meta[0])
+
+    # ------------------------------------------------------------ collections
+
+    def _index_ddl(self, spec: CollectionSpec, fields: Sequence[str]) -> list[Any]:
+        from psycopg import sql
+
+        out = []
+        for f in fields:
+            out.append(
+                sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+                    sql.Identifier(_ix(spec.name, f)), self._t(spec.name), sql.Identifier(f)
+                )
+            )
+        return out
+
+    def ensure_collection(self, spec: CollectionSpec) -> None:
+        from psycopg import sql
+        from psycopg.types.json import Jsonb
+
+        spec = normalise_spec(spec)
+        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ("clef:" + spec.name,))
+            cur.execute(
+                sql.SQL("SELECT spec FROM {} WHERE name = %s FOR UPDATE").format(
+                    self._t(META_TABLE)
+                ),
+                (spec.name,),
+            )
+            row = cur.fetchone()
+            if row is not None:
+                old = spec_from_json(row[0])
+                new = merge_specs(old, spec)
+                if new == old:
+                    return
+                for f, t in new.fields.items():
+                    if f not in old.fields:
+                        cur.execute(
+                            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} {}").format(
+                                self._t(spec.name), sql.Identifier(f), sql.SQL(_PG_TYPES[t])
+                            )
+                        )
+                for ddl in self._index_ddl(
+                    new, [f for f in new.filter_fields if f not in old.filter_fields]
+                ):
+                    cur.execute(ddl)
+                cur.execute(
+                    sql.SQL("UPDATE {} SET spec = %s WHERE name = %s").format(self._t(META_TABLE)),
+                    (Jsonb(spec_to_json(new)), spec.name),
+                )
+                return
+            cols = [
+                sql.SQL("id text PRIMARY KEY"),
+                sql.SQL("{} vector({})").format(sql.Identifier(_VEC), sql.Literal(spec.dimension)),
+            ]
+            cols += [
+                sql.SQL("{} {}").format(sql.Identifier(f), sql.SQL(_PG_TYPES[t]))
+                for f, t in spec.fields.items()
+            ]
+            cols.append(sql.SQL("{} jsonb").format(sql.Identifier(_EXTRA)))
+            cur.execute(
+                sql.SQL("CREATE TABLE {} ({})").format(self._t(spec.name), sql.SQL(", ").join(cols))
+            )
+            if spec.dimension <= _HNSW_MAX_DIM:
+                cur.execute(
+                    sql.SQL(
+                        "CREATE INDEX {} ON {} USING hnsw ({} {}) WITH (m = {}, ef_construction = {})"
+                    ).format(
+                        sql.Identifier(_ix(spec.name, _VEC)),
+                        self._t(spec.name),
+                        sql.Identifier(_VEC),
+                        sql.SQL(_OPS[spec.metric][1]),
+                        sql.Literal(self.hnsw_m),
+                        sql.Literal(self.hnsw_ef_construction),
+                    )
+                )
+            for ddl in self._index_ddl(spec, spec.filter_fields):
+                cur.execute(ddl)
+            cur.execute(
+                sql.SQL("INSERT INTO {} (name, spec, manifest) VALUES (%s, %s, NULL)").format(
+                    self._t(META_TABLE)
+                ),
+                (spec.name, Jsonb(spec_to_json(spec))),
+            )
+
+    def has_collection(self, name: str) -> bool:
+        return self._read_meta(name) is not None
+
+    def list_collections(self) -> list[str]:
+        from psycopg import sql
+
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(sql.SQL("SELECT name FROM {} ORDER BY name").format(self._t(META_TABLE)))
+            return [r[0] for r in cur.fetchall()]
+
+    def drop(self, collection: str) -> None:
+        from psycopg import sql
+
+        check_collection_name(collection)
+        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+            cur.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(self._t(collection)))
+            cur.execute(
+                sql.SQL("DELETE FROM {} WHERE name = %s").format(self._t(META_TABLE)),
+                (collection,),
+            )
+
+    # ----------------------------------------------------------------- writes
+
+    def upsert(self, collection: str, records: Sequence[Record]) -> int:
+        from psycopg import sql
+        from psycopg.types.json import Jsonb
+
+        spec = self.get_spec(collection)
+        prep = prepare_records(spec, records)
+        n = len(prep)
+        if not n:
+            return 0
+        fields = list(spec.fields)
+        col_names = ["id", _VEC, *fields, _EXTRA]
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in col_names)
+        updates = sql.SQL(", ").join(
+            sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in col_names[1:]
+        )
+        types = ["text", "vector", *[_PG_TYPES[spec.fields[f]] for f in fields], "jsonb"]
+        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE _clef_stage (LIKE {} INCLUDING DEFAULTS) ON COMMIT DROP"
+                ).format(self._t(collection))
+            )
+            with cur.copy(
+                sql.SQL("COPY _clef_stage ({}) FROM STDIN (FORMAT BINARY)").format(cols)
+            ) as copy:
+                copy.set_types(types)
+                for i, rid in enumerate(prep.ids):
+                    payload = prep.payloads[i]
+                    extra = prep.extras[i]
+                    copy.write_row(
+                        [
+                            rid,
+                            prep.vectors[i],
+                            *[payload[f] for f in fields],
+                            Jsonb(extra) if extra else None,
+                        ]
+                    )
+            cur.execute(
+                sql.SQL(
+                    "INSERT INTO {t} ({cols}) SELECT {cols} FROM _clef_stage "
+                    "ON CONFLICT (id) DO UPDATE SET {updates}"
+                ).format(t=self._t(collection), cols=cols, updates=updates)
+            )
+        return n
+
+    def delete(
+        self, collection: str, *, ids: Sequence[str] | None = None, where: Filter | None = None
+    ) -> int:
+        from psycopg import sql
+
+        spec = self.get_spec(collection)
+        if ids is None and where is None:
+            raise StoreError(
+                f"collection {collection!r}: delete needs ids or where (use where={{}} to "
+                "delete everything)"
+            )
+        node = parse_filter(where, spec.fields)
+        if ids is not None:
+            id_list = check_ids(ids, collection)
+            if not id_list:
+                return 0
+            node = (
+                And((In("id", tuple(id_list), False, "str"), node))
+                if not (isinstance(node, Const) and node.value)
+                else In("id", tuple(id_list), False, "str")
+            )
+        if isinstance(node, Const) and not node.value:
+            return 0
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("DELETE FROM {} WHERE {}").format(self._t(collection), to_pg(node)),
+                pg_params(node),
+            )
+            return int(cur.rowcount)
+
+    # ------------------------------------------------------------------ reads
+
+    def _cols(self, spec: CollectionSpec, fields: Sequence[str] | None) -> list[str]:
+        if fields is None:
+            return ["id", *spec.fields, _EXTRA]
+        cols = ["id"] + [f for f in fields if f in spec.fields and f != "id"]
+        if any(f not in spec.fields and f != "id" for f in fields):
+            cols.append(_EXTRA)
+        return cols
+
+    def _to_record(
+        self,
+        spec: CollectionSpec,
+        cols: list[str],
+        row: Sequence[Any],
+        fields: Sequence[str] | None,
+        vector: Any = None,
+    ) -> Record:
+        data = dict(zip(cols, row, strict=False))
+        extra = data.pop(_EXTRA, None)
+        if isinstance(extra, str):
+            extra = extras_from_json(extra)
+        if vector is not None and hasattr(vector, "to_numpy"):
+            vector = vector.to_numpy()
+        return output_record(spec, data["id"], data, extra, fields, vector=vector)
+
+    def get(
+        self, collection: str, ids: Sequence[str], *, with_vectors: bool = False
+    ) -> list[Record]:
+        from psycopg import sql
+
+        spec = self.get_spec(collection)
+        id_list = check_ids(ids, collection)
+        if not id_list:
+            return []
+        cols = self._cols(spec, None)
+        sel = [*cols, _VEC] if with_vectors else cols
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT {} FROM {} WHERE id = ANY(CAST(%s AS text[]))").format(
+                    sql.SQL(", ").join(sql.Identifier(c) for c in sel), self._t(collection)
+                ),
+                (id_list,),
+            )
+            rows = cur.fetchall()
+        return [self._to_record(spec, cols, r, None, r[-1] if with_vectors else None) for r in rows]
+
+    def scan(
+        self,
+        collection: str,
+        *,
+        where: Filter | None = None,
+        fields: Sequence[str] | None = None,
+    ) -> Iterator[Record]:
+        from psycopg import sql
+
+        spec = self.get_spec(collection)
+        node = parse_filter(where, spec.fields)
+        if isinstance(node, Const) and not node.value:
+            return
+        cols = self._cols(spec, fields)
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT {} FROM {} WHERE {}").format(
+                    sql.SQL(", ").join(sql.Identifier(c) for c in cols),
+                    self._t(collection),
+                    to_pg(node),
+                ),
+                pg_params(node),
+            )
+            rows = cur.fetchall()
+        for r in rows:
+            yield self._to_record(spec, cols, r, fields)
+
+    def count(self, collection: str, *, where: Filter | None = None) -> int:
+        spec = self.get_spec(collection)
+        node = parse_filter(where, spec.fields)
+        return self._count(spec, node)
+
+    def _count(self, spec: CollectionSpec, node: Node) -> int:
+        from psycopg import sql
+
+        if isinstance(node, Const) and not node.value:
+            return 0
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT count(*) FROM {} WHERE {}").format(self._t(spec.name), to_pg(node)),
+                pg_params(node),
+            )
+            row = cur.fetchone()
+        return int(row[0]) if row else 0
+
+    def query(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        spec = self.get_spec(collection)
+        q = check_query_vector(spec, vector)
+        check_top_k(top_k)
+        node: Node = with_quarantine(
+            parse_filter(where, spec.fields), spec.fields, include_quarantined
+        )
+        if top_k == 0 or (isinstance(node, Const) and not node.value):
+            return []
+        cols = self._cols(spec, None)
+        rows = self._search(spec, cols, q, node, top_k, exact=False)
+        if len(rows) < top_k and self._count(spec, node) > len(rows):
+            rows = self._search(spec, cols, q, node, top_k, exact=True)
+        hits = []
+        for r in rows:
+            raw = float(r[-1])
+            canon = _canonical(spec.metric, raw)
+            hits.append(
+                Hit(
+                    id=r[0],
+                    score=score(spec.metric, canon),
+                    raw_score=raw,
+                    record=self._to_record(spec, cols, r[:-1], None),
+                )
+            )
+        hits.sort(key=lambda h: (-h.score, h.id))
+        return hits
+
+    def _search(
+        self,
+        spec: CollectionSpec,
+        cols: list[str],
+        q: np.ndarray,
+        node: Node,
+        top_k: int,
+        *,
+        exact: bool,
+    ) -> list[tuple[Any, ...]]:
+        from psycopg import sql
+
+        op = sql.SQL(_OPS[spec.metric][0])
+        stmt = sql.SQL(
+            "SELECT {cols}, {v} {op} %s AS _d FROM {t} WHERE {w} ORDER BY {v} {op} %s LIMIT %s"
+        ).format(
+            cols=sql.SQL(", ").join(sql.Identifier(c) for c in cols),
+            v=sql.Identifier(_VEC),
+            op=op,
+            t=self._t(spec.name),
+            w=to_pg(node),
+        )
+        params = [q, *pg_params(node), q, top_k]
+        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+            if exact:
+                cur.execute("SET LOCAL enable_indexscan = off")
+            else:
+                cur.execute(
+                    sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+                        sql.Literal(max(self.ef_search, top_k))
+                    )
+                )
+                cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            cur.execute(stmt, params)
+            return list(cur.fetchall())
+
+    # --------------------------------------------------------------- manifest
+
+    def get_manifest(self, collection: str) -> dict[str, Any] | None:
+        meta = self._read_meta(check_collection_name(collection))
+        return None if meta is None else meta[1]
+
+    def put_manifest(self, collection: str, manifest: dict[str, Any]) -> None:
+        from psycopg import sql
+        from psycopg.types.json import Jsonb
+
+        check_collection_name(collection)
+        data = json.loads(json.dumps(manifest))
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("UPDATE {} SET manifest = %s WHERE name = %s").format(self._t(META_TABLE)),
+                (Jsonb(data), collection),
+            )
+            if cur.rowcount == 0:
+                raise StoreError(f"collection {collection!r} does not exist in PostgreSQL")
+
+    def maintain(self, collection: str) -> dict[str, Any]:
+        from psycopg import sql
+
+        spec = self.get_spec(collection)
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(sql.SQL("ANALYZE {}").format(self._t(spec.name)))
+        return {"rows": self.count(collection), "analyzed": True}
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()

@@ -1,0 +1,552 @@
+"""One conformance suite, the same cases against every adapter (memory, LanceDB, Qdrant,
+pgvector). The in-memory store and `filters.evaluate` are the reference."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+
+from clef_pipelines.stores.base import CollectionSpec, Record, StoreError, VectorStore
+from clef_pipelines.stores.filters import FilterError, matches
+
+FIELDS: dict[str, Any] = {
+    "doc_id": "str",
+    "source": "str",
+    "n": "int",
+    "x": "float",
+    "flag": "bool",
+    "text": "str",
+}
+FILTER_FIELDS = ("doc_id", "source", "n", "flag")
+DIM = 8
+
+
+def uid(i: int | str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"clef-test-{i}"))
+
+
+def spec(name: str = "docs", metric: str = "cosine", dim: int = DIM) -> CollectionSpec:
+    return CollectionSpec(
+        name=name,
+        dimension=dim,
+        metric=metric,
+        fields=dict(FIELDS),
+        filter_fields=FILTER_FIELDS,  # type: ignore[arg-type]
+    )
+
+
+def vec(i: int, dim: int = DIM) -> list[float]:
+    rng = np.random.default_rng(i)
+    return [float(v) for v in rng.standard_normal(dim)]
+
+
+def rec(i: int, **fields: Any) -> Record:
+    r: Record = {"id": uid(i), "vector": vec(i)}
+    r.update(fields)
+    return r
+
+
+# A small fixed data set that exercises missing fields, booleans, quotes and unicode.
+DATA: list[Record] = [
+    rec(0, doc_id="a", source="web", n=1, x=0.5, flag=True, text="plain"),
+    rec(1, doc_id="a", source="web", n=2, x=1.5, flag=False, text="it's"),
+    rec(2, doc_id="b", source="pdf", n=3, x=-2.0, flag=True, text='quote " and \\ back'),
+    rec(3, doc_id="b", source="pdf", n=0, flag=False, text="é ü 中文"),  # x missing
+    rec(4, doc_id="c", source="web", x=3.25, text="no n, no flag"),  # n, flag missing
+    rec(5, doc_id="c", n=10, x=10.0, flag=True),  # source, text missing
+    rec(6, doc_id="d", source="O'Reilly", n=-5, x=0.0, flag=False, text="%_like"),
+    rec(7, doc_id="d", source="web", n=7, x=7.5, flag=True, text="", quarantined=True),
+]
+BY_ID = {r["id"]: r for r in DATA}
+
+
+def loaded(store: VectorStore, metric: str = "cosine") -> VectorStore:
+    store.ensure_collection(spec(metric=metric))
+    assert store.upsert("docs", DATA) == len(DATA)
+    return store
+
+
+def expected_ids(flt: dict[str, Any] | None) -> set[str]:
+    fields = {**FIELDS, "quarantined": "bool"}
+    return {r["id"] for r in DATA if matches(flt, r, fields)}
+
+
+# ------------------------------------------------------------------------------ collections
+
+
+def test_ensure_collection_is_idempotent_and_checked(store: VectorStore) -> None:
+    assert not store.has_collection("docs")
+    store.ensure_collection(spec())
+    store.ensure_collection(spec())
+    assert store.has_collection("docs")
+    assert "docs" in store.list_collections()
+    with pytest.raises(StoreError):
+        store.ensure_collection(spec(dim=DIM + 1))
+    with pytest.raises(StoreError):
+        store.ensure_collection(spec(metric="l2"))
+    with pytest.raises(StoreError):
+        store.ensure_collection(CollectionSpec(name="docs", dimension=DIM, fields={"n": "str"}))
+
+
+def test_ensure_collection_adds_fields(store: VectorStore) -> None:
+    loaded(store)
+    bigger = CollectionSpec(
+        name="docs",
+        dimension=DIM,
+        fields={**FIELDS, "lang": "str"},
+        filter_fields=(*FILTER_FIELDS, "lang"),
+    )
+    store.ensure_collection(bigger)
+    assert store.get("docs", [uid(0)])[0]["lang"] is None
+    store.upsert("docs", [rec(20, doc_id="z", lang="fr")])
+    assert store.list_ids("docs", where={"lang": "fr"}) == [uid(20)]
+    assert store.count("docs") == len(DATA) + 1
+
+
+def test_drop(store: VectorStore) -> None:
+    loaded(store)
+    store.put_manifest("docs", {"v": 1})
+    store.drop("docs")
+    assert not store.has_collection("docs")
+    assert "docs" not in store.list_collections()
+    assert store.get_manifest("docs") is None
+    store.drop("docs")  # missing: not an error
+    store.ensure_collection(spec())
+    assert store.count("docs") == 0
+
+
+# ---------------------------------------------------------------------------------- writes
+
+
+def test_round_trip(store: VectorStore) -> None:
+    loaded(store)
+    ids = [r["id"] for r in DATA]
+    got = {r["id"]: r for r in store.get("docs", ids + [uid(999)], with_vectors=True)}
+    assert set(got) == set(ids)
+    for rid, original in BY_ID.items():
+        out = got[rid]
+        for f in FIELDS:
+            assert out[f] == original.get(f), (rid, f)
+            if original.get(f) is not None:
+                assert type(out[f]) is type(original[f]), (rid, f)
+        assert out["quarantined"] == original.get("quarantined")
+        v, w = np.asarray(out["vector"]), np.asarray(original["vector"])
+        # cosine stores may keep the unit vector (Qdrant): compare directions
+        assert np.allclose(v / np.linalg.norm(v), w / np.linalg.norm(w), atol=1e-5)
+    plain = store.get("docs", [uid(0)])[0]
+    assert "vector" not in plain
+    assert sorted(store.list_ids("docs")) == sorted(ids)
+    assert store.count("docs") == len(DATA)
+    scanned = {r["id"]: r for r in store.scan("docs")}
+    assert set(scanned) == set(ids)
+    assert scanned[uid(2)]["text"] == 'quote " and \\ back'
+    assert all("vector" not in r for r in scanned.values())
+    only = list(store.scan("docs", where={"doc_id": "a"}, fields=["n"]))
+    assert sorted(r["n"] for r in only) == [1, 2]
+    assert all(set(r) == {"id", "n"} for r in only)
+
+
+def test_round_trip_exact_vectors_l2(store: VectorStore) -> None:
+    store.ensure_collection(spec(metric="l2"))
+    store.upsert("docs", DATA)
+    for r in store.get("docs", [uid(3), uid(6)], with_vectors=True):
+        assert np.allclose(r["vector"], BY_ID[r["id"]]["vector"], atol=1e-6)
+
+
+def test_undeclared_fields_round_trip(store: VectorStore) -> None:
+    store.ensure_collection(spec())
+    store.upsert("docs", [rec(30, doc_id="e", m_lang="fr", m_year=2024)])
+    out = store.get("docs", [uid(30)])[0]
+    assert out["m_lang"] == "fr" and out["m_year"] == 2024
+    with pytest.raises(FilterError, match="m_lang"):
+        store.list_ids("docs", where={"m_lang": "fr"})
+
+
+def test_idempotent_upsert(store: VectorStore) -> None:
+    loaded(store)
+    assert store.upsert("docs", DATA) == len(DATA)
+    assert store.count("docs") == len(DATA)
+    assert store.get("docs", [uid(1)])[0]["text"] == "it's"
+
+
+def test_replace(store: VectorStore) -> None:
+    loaded(store)
+    new_vec = vec(100)
+    store.upsert("docs", [{"id": uid(0), "vector": new_vec, "doc_id": "a", "n": 42}])
+    out = store.get("docs", [uid(0)], with_vectors=True)[0]
+    assert out["n"] == 42
+    assert out["source"] is None and out["flag"] is None and out["text"] is None  # replaced
+    v = np.asarray(out["vector"])
+    assert np.allclose(
+        v / np.linalg.norm(v), np.asarray(new_vec) / np.linalg.norm(new_vec), atol=1e-5
+    )
+    assert store.count("docs") == len(DATA)
+    hits = store.query("docs", new_vec, top_k=1)
+    assert hits[0].id == uid(0)
+
+
+def test_duplicate_ids_in_one_batch_last_wins(store: VectorStore) -> None:
+    store.ensure_collection(spec())
+    n = store.upsert("docs", [rec(1, n=1), rec(2, n=2), rec(1, n=3)])
+    assert n == 2
+    assert store.get("docs", [uid(1)])[0]["n"] == 3
+
+
+def test_invalid_records_are_refused(store: VectorStore) -> None:
+    store.ensure_collection(spec())
+    with pytest.raises(StoreError):
+        store.upsert("docs", [{"id": "not-a-uuid", "vector": vec(1)}])
+    with pytest.raises(StoreError):
+        store.upsert("docs", [{"id": uid(1), "vector": [1.0, 2.0]}])
+    with pytest.raises(StoreError):
+        store.upsert("docs", [rec(1, n=True)])  # booleans are not numbers
+    with pytest.raises(StoreError):
+        store.upsert("docs", [rec(1, flag=1)])
+    with pytest.raises(StoreError):
+        store.upsert("docs", [rec(1, doc_id=5)])
+    with pytest.raises(StoreError):
+        store.upsert("missing", [rec(1)])
+    assert store.count("docs") == 0
+
+
+def test_empty_batches(store: VectorStore) -> None:
+    store.ensure_collection(spec())
+    assert store.upsert("docs", []) == 0
+    assert store.query("docs", vec(1)) == []
+    assert store.list_ids("docs") == []
+    assert store.count("docs") == 0
+    assert list(store.scan("docs")) == []
+    loaded(store)
+    assert store.delete("docs", ids=[]) == 0
+    assert store.get("docs", []) == []
+    assert store.query("docs", vec(1), top_k=0) == []
+    assert store.list_ids("docs", where={"doc_id": {"in": []}}) == []
+    assert store.query("docs", vec(1), where={"doc_id": {"in": []}}) == []
+    assert store.delete("docs", where={"doc_id": {"in": []}}) == 0
+    assert store.count("docs") == len(DATA)
+
+
+def test_delete_by_ids(store: VectorStore) -> None:
+    loaded(store)
+    assert store.delete("docs", ids=[uid(0), uid(1), uid(999)]) == 2
+    assert store.get("docs", [uid(0), uid(1)]) == []
+    assert store.count("docs") == len(DATA) - 2
+    assert store.delete("docs", ids=[uid(0)]) == 0
+
+
+def test_delete_by_filter(store: VectorStore) -> None:
+    loaded(store)
+    assert store.delete("docs", where={"doc_id": "b"}) == 2
+    assert store.count("docs", where={"doc_id": "b"}) == 0
+    assert store.delete("docs", where={"source": {"eq": "O'Reilly"}}) == 1
+    # ids AND filter: only the ids that also match
+    assert store.delete("docs", ids=[uid(0), uid(4)], where={"source": "web", "n": 1}) == 1
+    assert store.get("docs", [uid(4)])
+    with pytest.raises(StoreError):
+        store.delete("docs")
+    assert store.delete("docs", where={}) == len(DATA) - 4
+    assert store.count("docs") == 0
+
+
+def test_stale_delete_pattern(store: VectorStore) -> None:
+    store.ensure_collection(spec())
+    old = [rec(i, doc_id="X", n=i) for i in range(5)] + [rec(10 + i, doc_id="Y") for i in range(3)]
+    store.upsert("docs", old)
+    current = [rec(i, doc_id="X", n=i) for i in (1, 3, 5, 6)]
+    store.upsert("docs", current)
+    current_ids = [r["id"] for r in current]
+    gone = store.delete("docs", where={"doc_id": "X", "id": {"nin": current_ids}})
+    assert gone == 3  # 0, 2, 4
+    assert sorted(store.list_ids("docs", where={"doc_id": "X"})) == sorted(current_ids)
+    assert store.count("docs", where={"doc_id": "Y"}) == 3
+    # the same with an explicit "and"
+    assert store.delete("docs", where={"and": [{"doc_id": "X"}, {"id": {"nin": current_ids}}]}) == 0
+
+
+# --------------------------------------------------------------------------------- filters
+
+FILTERS: list[dict[str, Any]] = [
+    {},
+    {"doc_id": "a"},
+    {"doc_id": {"eq": "b"}},
+    {"source": "O'Reilly"},
+    {"text": 'quote " and \\ back'},
+    {"text": "é ü 中文"},
+    {"text": "%_like"},
+    {"text": ""},
+    {"source": {"ne": "web"}},
+    {"n": {"ne": 1}},
+    {"flag": {"ne": True}},
+    {"source": {"in": ["pdf", "O'Reilly"]}},
+    {"n": {"in": [1, 3, 10, 99]}},
+    {"source": {"nin": ["web"]}},
+    {"n": {"nin": [1, 2]}},
+    {"flag": {"nin": [True]}},
+    {"flag": {"in": [True, False]}},
+    {"n": {"gt": 1}},
+    {"n": {"gte": 2}},
+    {"n": {"lt": 2}},
+    {"n": {"lte": 0}},
+    {"n": {"gt": 0, "lt": 7}},
+    {"x": {"gt": 1}},
+    {"x": {"gte": 0.5, "lte": 7.5}},
+    {"x": {"lt": 0}},
+    {"x": 0.0},
+    {"x": 3.25},
+    {"x": {"in": [0.5, 10.0]}},
+    {"x": {"nin": [0.5, 10.0]}},
+    {"x": {"ne": 0.5}},
+    {"flag": True},
+    {"flag": False},
+    {"flag": {"exists": True}},
+    {"flag": {"exists": False}},
+    {"x": {"exists": False}},
+    {"source": {"exists": True}},
+    {"source": None},
+    {"source": {"ne": None}},
+    {"quarantined": True},
+    {"quarantined": {"ne": True}},
+    {"doc_id": "a", "n": 2},
+    {"and": [{"doc_id": {"in": ["a", "b"]}}, {"flag": True}]},
+    {"or": [{"doc_id": "a"}, {"n": {"gt": 5}}]},
+    {"or": [{"flag": {"exists": False}}, {"x": {"lt": 0}}]},
+    {"not": {"n": {"gt": 1}}},  # matches records without n
+    {"not": {"source": "web"}},
+    {"not": {"flag": {"ne": True}}},
+    {"not": {"or": [{"doc_id": "a"}, {"doc_id": "b"}]}},
+    {"and": []},
+    {"or": []},
+    {"not": {}},
+    {"doc_id": {"in": []}},
+    {"doc_id": {"nin": []}},
+    {"text": {"nin": []}},
+    {"id": uid(3)},
+    {"id": {"in": [uid(1), uid(2), uid(999)]}},
+    {"id": {"nin": [uid(1), uid(2)]}},
+    {"id": {"ne": uid(1)}},
+    {"doc_id": "d", "id": {"nin": [uid(6)]}},
+    {"or": [{"and": [{"source": "web"}, {"not": {"n": {"lt": 2}}}]}, {"x": {"gte": 10}}]},
+]
+
+
+@pytest.mark.parametrize("flt", FILTERS, ids=[str(f) for f in FILTERS])
+def test_filter_matches_reference(store: VectorStore, flt: dict[str, Any]) -> None:
+    loaded(store)
+    want = expected_ids(flt)
+    assert set(store.list_ids("docs", where=flt)) == want
+    assert store.count("docs", where=flt) == len(want)
+    hits = store.query("docs", vec(50), where=flt, top_k=100, include_quarantined=True)
+    assert {h.id for h in hits} == want
+    hits = store.query("docs", vec(50), where=flt, top_k=100)
+    assert {h.id for h in hits} == {i for i in want if not BY_ID[i].get("quarantined")}
+
+
+def test_filter_on_booleans_is_not_numeric(store: VectorStore) -> None:
+    loaded(store)
+    assert set(store.list_ids("docs", where={"flag": True})) == {uid(0), uid(2), uid(5), uid(7)}
+    for bad in (
+        {"flag": 1},
+        {"flag": {"in": [1, 0]}},
+        {"flag": {"gt": 0}},
+        {"n": True},
+        {"n": {"in": [True]}},
+        {"x": {"lt": False}},
+    ):
+        with pytest.raises(FilterError):
+            store.list_ids("docs", where=bad)
+
+
+@pytest.mark.parametrize(
+    ("flt", "op", "field"),
+    [
+        ({"n": {"between": [1, 2]}}, "between", "n"),
+        ({"nope": 1}, "eq", "nope"),
+        ({"nope": {"gt": 1}}, "gt", "nope"),
+        ({"source": {"gt": "a"}}, "gt", "source"),
+        ({"n": {"in": 3}}, "in", "n"),
+        ({"n": {"nin": "abc"}}, "nin", "n"),
+        ({"n": "three"}, "eq", "n"),
+        ({"doc_id": {"exists": "yes"}}, "exists", "doc_id"),
+        ({"doc_id": ["a", "b"]}, "eq", "doc_id"),
+        ({"and": [{"n": {"lte": "x"}}]}, "lte", "n"),
+        ({"not": {"x": {"gte": float("nan")}}}, "gte", "x"),
+        ({"id": {"gt": "a"}}, "gt", "id"),
+    ],
+)
+def test_invalid_filter_names_operator_and_field(
+    store: VectorStore, flt: dict[str, Any], op: str, field: str
+) -> None:
+    loaded(store)
+    for call in (
+        lambda: store.list_ids("docs", where=flt),
+        lambda: store.query("docs", vec(1), where=flt),
+        lambda: store.delete("docs", where=flt),
+    ):
+        with pytest.raises(FilterError) as err:
+            call()
+        assert repr(op) in str(err.value) and repr(field) in str(err.value)
+        assert isinstance(err.value, ValueError)
+    assert store.count("docs") == len(DATA)
+
+
+# ---------------------------------------------------------------------------------- queries
+
+
+def _unit(v: list[float]) -> np.ndarray:
+    a = np.asarray(v, dtype=np.float64)
+    return a / np.linalg.norm(a)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "l2", "dot"])
+def test_scores_normalised_and_ordered(store: VectorStore, metric: str) -> None:
+    store.ensure_collection(spec(metric=metric))
+    # unit vectors so that all three metrics are comparable and dot stays in [-1, 1]
+    recs = [{"id": uid(i), "vector": list(_unit(vec(i))), "n": i} for i in range(20)]
+    store.upsert("docs", recs)
+    q = _unit(vec(7) + np.asarray(vec(3)) * 0.3)
+    hits = store.query("docs", list(q), top_k=20)
+    assert len(hits) == 20
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+    for h in hits:
+        v = _unit(vec(int(h.record["n"])))
+        cos = float(v @ q)
+        if metric == "cosine":
+            want = min(1.0, max(0.0, cos))
+        elif metric == "l2":
+            d = float(np.linalg.norm(v - q))
+            want = 1 / (1 + d)
+        else:
+            want = min(1.0, max(0.0, (1 + cos) / 2))
+        assert math.isclose(h.score, want, abs_tol=1e-4), (metric, h)
+        assert isinstance(h.raw_score, float)
+    assert hits[0].id == uid(7)
+    assert "vector" not in hits[0].record and hits[0].record["n"] == 7
+    top3 = store.query("docs", list(q), top_k=3)
+    assert [h.id for h in top3] == [h.id for h in hits[:3]]
+
+
+def test_query_filter_and_top_k(store: VectorStore) -> None:
+    loaded(store)
+    hits = store.query("docs", vec(1), where={"doc_id": {"in": ["a", "b"]}}, top_k=3)
+    assert len(hits) == 3
+    assert hits[0].id == uid(1)
+    assert all(h.record["doc_id"] in ("a", "b") for h in hits)
+    with pytest.raises(StoreError):
+        store.query("docs", [1.0, 2.0])
+
+
+def test_quarantine_excluded_unless_asked(store: VectorStore) -> None:
+    loaded(store)
+    q = vec(7)
+    assert uid(7) not in {h.id for h in store.query("docs", q, top_k=100)}
+    assert store.query("docs", q, top_k=1, include_quarantined=True)[0].id == uid(7)
+    assert store.query("docs", q, where={"doc_id": "d"}, top_k=5) and all(
+        h.id != uid(7) for h in store.query("docs", q, where={"doc_id": "d"}, top_k=5)
+    )
+    assert uid(7) in store.list_ids("docs")  # scan includes quarantined records
+    store.upsert("docs", [rec(7, doc_id="d", quarantined=False)])
+    assert store.query("docs", q, top_k=1)[0].id == uid(7)
+    store.upsert("docs", [rec(0, doc_id="a", quarantined=True)])
+    assert uid(0) not in {h.id for h in store.query("docs", vec(0), top_k=100)}
+
+
+# --------------------------------------------------------------------------------- manifest
+
+
+def test_manifest(store: VectorStore) -> None:
+    store.ensure_collection(spec())
+    assert store.get_manifest("docs") is None
+    m = {"version": 1, "docs": {"a": "hash-1", "b's": "é"}, "n": 2.5, "ok": True, "l": [1, 2]}
+    store.put_manifest("docs", m)
+    assert store.get_manifest("docs") == m
+    store.put_manifest("docs", {"version": 2})
+    assert store.get_manifest("docs") == {"version": 2}
+    assert store.get_manifest("other") is None
+    with pytest.raises(StoreError):
+        store.put_manifest("other", {"x": 1})
+
+
+# -------------------------------------------------------------------------------- 10k case
+
+BIG_N = 10_000
+BIG_DIM = 32
+
+
+@pytest.fixture(scope="module")
+def big_data() -> tuple[np.ndarray, list[Record]]:
+    rng = np.random.default_rng(42)
+    # two clusters: the rare bucket lives far from the query
+    vecs = rng.standard_normal((BIG_N, BIG_DIM)).astype(np.float32)
+    vecs[: BIG_N // 2, 0] += 6.0
+    vecs[BIG_N // 2 :, 0] -= 6.0
+    records: list[Record] = []
+    for i in range(BIG_N):
+        records.append(
+            {
+                "id": uid(f"big-{i}"),
+                "vector": vecs[i],
+                "doc_id": f"d{i % 1000}",
+                "source": "near" if i < BIG_N // 2 else "far",
+                "n": i % 100,
+                "flag": i % 2 == 0,
+                "quarantined": i % 10 == 0,
+            }
+        )
+    return vecs, records
+
+
+def _exact(
+    vecs: np.ndarray, records: list[Record], q: np.ndarray, flt: dict[str, Any], k: int
+) -> list[str]:
+    fields = {**FIELDS, "quarantined": "bool"}
+    idx = [i for i, r in enumerate(records) if matches(flt, r, fields) and not r["quarantined"]]
+    m = vecs[idx]
+    d = 1 - (m @ q) / (np.linalg.norm(m, axis=1) * np.linalg.norm(q))
+    return [records[idx[j]]["id"] for j in np.argsort(d)[:k]]
+
+
+def test_10k_filtered_query_returns_exactly_k(
+    store: VectorStore, big_data: tuple[np.ndarray, list[Record]]
+) -> None:
+    vecs, records = big_data
+    store.ensure_collection(spec(dim=BIG_DIM))
+    for start in range(0, BIG_N, 2_500):
+        assert store.upsert("docs", records[start : start + 2_500]) == min(2_500, BIG_N - start)
+    store.maintain("docs")
+    assert store.count("docs") == BIG_N
+    q = vecs[3] + 0.1  # in the "near" cluster
+    k = 10
+    cases: list[tuple[dict[str, Any], int]] = [
+        ({}, k),
+        ({"n": 7}, k),  # 1% of the rows
+        ({"source": "far"}, k),  # all far from the query: the classic ANN filter failure
+        ({"source": "far", "n": {"in": [11, 13]}}, k),  # 1%, and far away
+        ({"doc_id": "d7"}, k),  # exactly 10 rows
+        ({"id": {"in": [uid(f"big-{i}") for i in (1, 2, 3, 10, 20)]}}, 3),  # 2 quarantined
+        ({"doc_id": "d7", "flag": True}, 0),
+        ({"and": [{"n": {"gte": 95}}, {"flag": True}, {"source": "far"}]}, k),
+    ]
+    for flt, want_n in cases:
+        hits = store.query("docs", q, where=flt, top_k=k)
+        assert len(hits) == want_n, flt
+        assert len({h.id for h in hits}) == len(hits)
+        fields = {**FIELDS, "quarantined": "bool"}
+        by_id = {r["id"]: r for r in records}
+        assert all(matches(flt, by_id[h.id], fields) for h in hits), flt
+        assert all(not by_id[h.id]["quarantined"] for h in hits), flt
+        exact = _exact(vecs, records, q, flt, k)
+        if exact:
+            recall = len({h.id for h in hits} & set(exact)) / len(exact)
+            assert recall >= 0.8, (flt, recall)
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True)
+    # deleting a filtered slice keeps the count right
+    assert store.delete("docs", where={"n": 7}) == 100
+    assert store.count("docs") == BIG_N - 100
+    assert len(store.query("docs", q, where={"n": {"in": [7, 8]}}, top_k=k)) == k
