@@ -13,7 +13,6 @@ gets char_start = char_end = -1.
 
 from __future__ import annotations
 
-import html as html_lib
 import re
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
@@ -38,9 +37,30 @@ _BOILERPLATE_WORDS = {
     "breadcrumb", "breadcrumbs", "sidebar", "skip", "skiplink", "newsletter",
     "share", "social", "advert", "ads", "popup", "modal", "toc",
 }  # fmt: skip
+_ANCHORS = {"list_item": "<li", "code": "<pre", "quote": "<blockquote"}
 _BOILERPLATE_ROLES = {"navigation", "banner", "contentinfo", "complementary", "search", "dialog"}
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
 _SPACE = re.compile(r"\s+")
+
+
+_TAGS = r"(?:<[^>]*>)*"
+_CHAR_FORMS = {
+    "&": "(?:&amp;|&#0*38;|&)",
+    "<": "(?:&lt;|&#0*60;|<)",
+    ">": "(?:&gt;|&#0*62;|>)",
+    '"': '(?:&quot;|&#0*34;|")',
+    "'": "(?:&#0*39;|&apos;|')",
+}
+
+
+def _source_pattern(words: list[str]) -> re.Pattern[str]:
+    """Regex for normalised words as they may appear in HTML source: tags may sit between
+    and inside words, blank space may be any blank space or &nbsp;, and the characters HTML
+    escapes may be entities."""
+    parts = []
+    for w in words:
+        parts.append(_TAGS.join(_CHAR_FORMS.get(c, re.escape(c)) for c in w))
+    return re.compile(r"(?:\s|&nbsp;|&#160;|<[^>]*>)+".join(parts))
 
 
 def _norm(text: str) -> str:
@@ -87,24 +107,39 @@ class _Walker:
     def __init__(self, original: str) -> None:
         self.original = original
         self.out = BlockBuilder(original)
-        self.cursor = 0
+        # Search from <body> on, so that <title> text never claims a heading's offsets.
+        self.cursor = max(original.lower().find("<body"), 0)
         self.buffer: list[str] = []
 
-    def locate(self, text: str) -> tuple[int, int]:
-        src = self.original
-        pos = src.find(text, self.cursor)
+    def locate(self, text: str, anchor: str | None = None) -> tuple[int, int]:
+        """Span of `text` in the source, searched after the previous block.
+
+        With `anchor` (an opening tag such as "<h2" or "<li"), the search starts at the next
+        such tag, which skips look-alike text in navigation links and <title>.
+        """
+        low = self.original.lower()
+        starts = []
+        if anchor is not None:
+            a = low.find(anchor, self.cursor)
+            if a >= 0:
+                starts.append(a)
+        starts.append(self.cursor)
+        for origin in starts:
+            span = self._find(text, origin)
+            if span is not None:
+                self.cursor = span[1]
+                return span
+        return -1, -1
+
+    def _find(self, text: str, origin: int) -> tuple[int, int] | None:
+        pos = self.original.find(text, origin)
         if pos >= 0:
-            self.cursor = pos + len(text)
             return pos, pos + len(text)
         words = text.split()
         if not words or len(words) > 300:
-            return -1, -1
-        pattern = r"(?:\s|<[^>]*>)+".join(re.escape(html_lib.escape(w, quote=False)) for w in words)
-        m = re.compile(pattern).search(src, self.cursor)
-        if not m:
-            return -1, -1
-        self.cursor = m.end()
-        return m.start(), m.end()
+            return None
+        m = _source_pattern(words).search(self.original, origin)
+        return (m.start(), m.end()) if m else None
 
     def locate_tag(self, tag: str) -> tuple[int, int]:
         """Span of the next <tag ...>...</tag> in the source (tables: text never matches)."""
@@ -123,7 +158,8 @@ class _Walker:
         if kind == "table":
             s, e = self.locate_tag("table")
         else:
-            s, e = self.locate(text.strip("\n") if kind == "code" else text)
+            anchor = _ANCHORS.get(kind) if kind != "heading" else f"<h{level}"
+            s, e = self.locate(text.strip("\n") if kind == "code" else text, anchor)
         if kind == "heading":
             self.out.heading(text, level, s, e)
         else:
@@ -181,7 +217,9 @@ class _Walker:
             elif child.tag == "-text":
                 own.append(child.text(deep=False) or "")
             elif not child.tag.startswith("-") and not _is_boilerplate(child, in_article):
-                own.append(" " + (child.text(deep=True) or "") + " ")
+                inner = child.text(deep=True) or ""
+                # Inline markup joins its neighbours; block children are separate words.
+                own.append(inner if child.tag in _INLINE_TAGS else f" {inner} ")
         self.emit("list_item", "".join(own))
         for sub in nested:
             self.walk(sub, in_article)
