@@ -478,7 +478,7 @@ class LanceDBStore(VectorStore):
         else:
             s = s.nprobes(self.nprobes).refine_factor(self.refine_factor)
             if self.index_type.startswith("IVF_HNSW"):
-                s = s.ef(max(self.ef, 2 * top_k))
+                s = s.ef(max(self.ef, top_k * self.refine_factor))
         return s.select(self._select(spec, None)).limit(top_k).to_arrow()
 
     # --------------------------------------------------------------- manifest

@@ -278,6 +278,8 @@ FILTERS: list[dict[str, Any]] = [
     {"text": "é ü 中文"},
     {"text": "%_like"},
     {"text": ""},
+    {"source": "web' OR '1'='1"},
+    {"source": {"in": ["x'); DROP TABLE docs; --", "pdf"]}},
     {"source": {"ne": "web"}},
     {"n": {"ne": 1}},
     {"flag": {"ne": True}},

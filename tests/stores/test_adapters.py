@@ -1,0 +1,164 @@
+"""Adapter specifics the conformance suite cannot express: persistence across handles, the
+factory, LanceDB maintenance, the pgvector schema."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import numpy as np
+import pytest
+
+from clef_pipelines.stores import open_store
+from clef_pipelines.stores.base import CollectionSpec, StoreError, VectorStore
+from clef_pipelines.stores.config import StoreConfig
+from tests.stores.test_conformance import DATA, FIELDS, FILTER_FIELDS, spec, uid, vec
+
+
+def _reopen(kind: str, tmp_path: pathlib.Path, pg_dsn: Any | None, schema: str) -> VectorStore:
+    if kind == "lancedb":
+        from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+        return LanceDBStore(tmp_path / "lance")
+    if kind == "qdrant":
+        from clef_pipelines.stores.qdrant_store import QdrantStore
+
+        return QdrantStore(path=str(tmp_path / "qdrant"))
+    from clef_pipelines.stores.pgvector_store import PgVectorStore
+
+    return PgVectorStore(pg_dsn, schema=schema)
+
+
+@pytest.mark.parametrize("kind", ["lancedb", "qdrant", "pgvector"])
+def test_data_survives_a_new_handle(
+    kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    dsn = request.getfixturevalue("pg_dsn") if kind == "pgvector" else None
+    schema = f"persist_{tmp_path.name[-8:].replace('-', '_')}"
+    first = _reopen(kind, tmp_path, dsn, schema)
+    try:
+        first.ensure_collection(spec())
+        first.upsert("docs", DATA)
+        first.put_manifest("docs", {"v": 3})
+    finally:
+        first.close()
+    second = _reopen(kind, tmp_path, dsn, schema)
+    try:
+        assert second.list_collections() == ["docs"]
+        assert second.count("docs") == len(DATA)
+        assert second.get_manifest("docs") == {"v": 3}
+        assert second.query("docs", vec(1), top_k=1)[0].id == uid(1)
+        assert set(second.list_ids("docs", where={"doc_id": "a"})) == {uid(0), uid(1)}
+        second.drop("docs")
+    finally:
+        second.close()
+
+
+def test_factory(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, pg_dsn: str) -> None:
+    s = open_store(StoreConfig(), tmp_path)
+    assert s.kind == "lancedb" and (tmp_path / "lancedb").is_dir()
+    s = open_store(StoreConfig(kind="memory"), tmp_path)
+    assert s.kind == "memory"
+    s = open_store(StoreConfig.model_validate({"kind": "qdrant"}), tmp_path)
+    assert s.kind == "qdrant" and (tmp_path / "qdrant").is_dir()
+    s.close()
+    s = open_store(
+        StoreConfig.model_validate({"kind": "qdrant", "qdrant": {"path": ":memory:"}}), tmp_path
+    )
+    s.close()
+    monkeypatch.delenv("CLEF_TEST_MISSING_DSN", raising=False)
+    cfg = StoreConfig.model_validate(
+        {"kind": "pgvector", "pgvector": {"dsn_env": "CLEF_TEST_MISSING_DSN"}}
+    )
+    with pytest.raises(StoreError, match="CLEF_TEST_MISSING_DSN"):
+        open_store(cfg, tmp_path)
+    cfg = StoreConfig.model_validate(
+        {"kind": "qdrant", "qdrant": {"url": "http://127.0.0.1:1", "api_key_env": "CLEF_NO_KEY"}}
+    )
+    monkeypatch.delenv("CLEF_NO_KEY", raising=False)
+    with pytest.raises(StoreError, match="CLEF_NO_KEY"):
+        open_store(cfg, tmp_path)
+    monkeypatch.setenv("CLEF_TEST_DSN", pg_dsn)
+    cfg = StoreConfig.model_validate(
+        {"kind": "pgvector", "pgvector": {"dsn_env": "CLEF_TEST_DSN", "schema_name": "factory_t"}}
+    )
+    s = open_store(cfg, tmp_path)
+    assert s.kind == "pgvector"
+    s.ensure_collection(spec())
+    s.drop("docs")
+    s.close()
+
+
+def test_lancedb_indexes_and_version_cleanup(tmp_path: pathlib.Path) -> None:
+    from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+    store = LanceDBStore(
+        tmp_path / "l", index_threshold=50, optimize_every=5, cleanup_older_than_s=0
+    )
+    store.ensure_collection(spec(dim=16))
+    rng = np.random.default_rng(0)
+    for round_ in range(30):
+        recs = [
+            {"id": uid(f"{round_}-{i}"), "vector": rng.standard_normal(16), "doc_id": f"d{round_}"}
+            for i in range(20)
+        ]
+        store.upsert("docs", recs)
+        store.delete("docs", where={"doc_id": f"d{round_ - 3}"})
+    table = store._table("docs")
+    indexed = {c for ix in table.list_indices() for c in ix.columns}
+    assert {"vector", "id", *FILTER_FIELDS, "quarantined"} <= indexed
+    assert len(table.list_versions()) <= 12  # not one per write
+    done = store.maintain("docs")
+    assert done["optimized"] and done["rows"] == 60
+    assert len(table.list_versions()) <= 2
+    hits = store.query("docs", rng.standard_normal(16), where={"doc_id": "d29"}, top_k=30)
+    assert len(hits) == 20
+
+
+def test_lancedb_refuses_foreign_table(tmp_path: pathlib.Path) -> None:
+    import lancedb
+
+    from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+    lancedb.connect(str(tmp_path / "l")).create_table("docs", data=[{"id": "x", "vector": [1.0]}])
+    with pytest.raises(StoreError, match="not created by this store"):
+        LanceDBStore(tmp_path / "l").ensure_collection(spec())
+
+
+def test_pgvector_schema(pg_dsn: str) -> None:
+    import psycopg
+
+    from clef_pipelines.stores.pgvector_store import PgVectorStore
+
+    store = PgVectorStore(pg_dsn, schema="schema_check")
+    try:
+        for metric, opclass in [
+            ("cosine", "vector_cosine_ops"),
+            ("l2", "vector_l2_ops"),
+            ("dot", "vector_ip_ops"),
+        ]:
+            store.ensure_collection(
+                CollectionSpec(
+                    name=f"m_{metric}",
+                    dimension=4,
+                    metric=metric,
+                    fields=dict(FIELDS),
+                    filter_fields=FILTER_FIELDS,
+                )  # type: ignore[arg-type]
+            )
+            with psycopg.connect(pg_dsn) as conn:
+                defs = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT indexdef FROM pg_indexes WHERE schemaname = 'schema_check' AND tablename = %s",
+                        (f"m_{metric}",),
+                    ).fetchall()
+                ]
+            assert any("hnsw" in d and opclass in d for d in defs), defs
+            assert sum("btree" in d for d in defs) >= len(FILTER_FIELDS) + 1  # + primary key
+    finally:
+        for m in ("cosine", "l2", "dot"):
+            store.drop(f"m_{m}")
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA schema_check CASCADE")
+        store.close()
