@@ -83,7 +83,9 @@ def _is_boilerplate(node: LexborNode, in_article: bool) -> bool:
     for key in ("id", "class", "aria-label"):
         value = attrs.get(key)
         if value and not _BOILERPLATE_WORDS.isdisjoint(_WORD_SPLIT.split(value.lower())):
-            return True
+            # A page wrapper such as <div class="page has-sidebar"> holds the content
+            # itself: never drop an element that contains the main content.
+            return node.css_first("main, article, h1") is None
     return False
 
 
@@ -188,8 +190,9 @@ class _Walker:
                 self.flush()
                 self.emit("heading", child.text(deep=True) or "", _HEADINGS[tag])
             elif tag in _PARAGRAPH_TAGS:
+                # Walked like a container so that <br> separates words; it ends with a flush.
                 self.flush()
-                self.emit("paragraph", child.text(deep=True) or "")
+                self.walk(child, in_article)
             elif tag == "li":
                 self.flush()
                 self.list_item(child, in_article)
@@ -216,6 +219,8 @@ class _Walker:
                 nested.append(child)
             elif child.tag == "-text":
                 own.append(child.text(deep=False) or "")
+            elif child.tag == "br":
+                own.append(" ")
             elif not child.tag.startswith("-") and not _is_boilerplate(child, in_article):
                 inner = child.text(deep=True) or ""
                 # Inline markup joins its neighbours; block children are separate words.

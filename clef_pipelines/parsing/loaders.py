@@ -41,6 +41,7 @@ SUFFIX_FORMATS: dict[str, DocFormat] = {
 }
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 _RECORD_FORMATS = ("md", "txt", "rst", "html")
+_SKIP_DIRS = frozenset({".git", ".hg", ".svn"})
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ def _folder_entries(
 ) -> Iterator[SourceEntry]:
     candidates: list[tuple[str, Path]] = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+        # Version-control internals are never documents (and can be huge).
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         here = Path(dirpath)
         # Folders whose name matches an include pattern are reported (as unreadable):
         # someone meant a file there.

@@ -289,6 +289,15 @@ def test_html_offsets_best_effort() -> None:
     assert blocks[3].char_start > HTML.index("<main>")
 
 
+def test_html_wrapper_with_boilerplate_word_keeps_content() -> None:
+    page = (
+        '<body><div class="page has-sidebar"><aside class="sidebar">Links</aside>'
+        "<main><h1>Title</h1><p>Line one<br>line two</p></main></div></body>"
+    )
+    blocks = parse_html(page)
+    assert [b.text for b in blocks] == ["Title", "Line one line two"]
+
+
 @pytest.mark.parametrize("parse", [parse_markdown, parse_text, parse_rst, parse_html])
 def test_blank_input_gives_no_blocks(parse) -> None:  # type: ignore[no-untyped-def]
     assert parse("\n  \n") == []
