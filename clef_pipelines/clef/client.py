@@ -10,7 +10,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from clef_pipelines.clef.backends.base import Backend
 from clef_pipelines.clef.cache import AnswerCache, cache_key
 from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.clef.errors import (
+    ClefBadAnswer,
     ClefError,
     ClefNotConfigured,
     ClefRequestTooLarge,
@@ -163,8 +164,11 @@ class ClefClient:
         data_dir: str | Path | None = None,
         backend: Backend | None = None,
         env: Mapping[str, str] | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config or ClefConfig()
+        # Injectable so tests can see the waits chosen without waiting.
+        self._sleep = sleep if sleep is not None else asyncio.sleep
         self.backend = backend or make_backend(self.config, env)
         self.usage = Usage(backend=self.backend.name, model=self.backend.model)
         self.cache: AnswerCache | None = None
@@ -338,6 +342,7 @@ class ClefClient:
             retry=retry_if_exception(lambda e: isinstance(e, ClefError) and e.retryable),
             wait=self._wait,
             before_sleep=lambda _s: self.usage.add_retry(),
+            sleep=self._sleep,
             reraise=True,
         )
         try:
@@ -348,6 +353,7 @@ class ClefClient:
                         await pacer.admit(tokens)
                         body = await self.backend.send(request)
             resp = parse_response(body, request)
+            self._check_not_truncated(request, resp, tokens)
         except ClefError as exc:
             self.usage.add_error()
             if exc.retryable:
@@ -365,6 +371,26 @@ class ClefClient:
         if key and self.cache is not None:
             self.cache.put(key, self._cache_id, request.model, resp.wire())
         return resp
+
+    def _check_not_truncated(
+        self, request: SystemOneRequest, resp: SystemOneResponse, state_n: int
+    ) -> None:
+        """A backend that read less than the state must not pass unnoticed (the hosted
+        service once read only about the first 2,048 tokens, silently). With the exact
+        tokenizer the reported input cannot be below the state; with the estimate (which
+        counts 2 bytes a token) a report 4x below it means over 8 bytes a token on average,
+        which prose, code and JSON do not reach; only states over 4,096 are judged."""
+        reported = resp.usage.input_tokens
+        if reported <= 0 or not self.config.truncation_check:
+            return  # a backend that does not report usage cannot be checked
+        exact = self.backend.counter.exact
+        if (exact and reported < state_n) or (
+            not exact and state_n > 4096 and reported * 8 < state_n
+        ):
+            raise ClefBadAnswer(
+                f"the backend reports {reported} input tokens for a state of about "
+                f"{state_n}: it read only part of the state (silent truncation)"
+            )
 
 
 class SyncClefClient:

@@ -59,6 +59,10 @@ class ClefConfig(StrictModel):
         description="Tokens per request (state + questions + prompt); None: the backend's "
         "(workers-ai 24,576, the smallest published; self-hosted, local and ray: max_length).",
     )
+    truncation_check: bool = Field(
+        True,
+        description="Fail an answer whose reported input tokens show the state was cut.",
+    )
     max_length: int = Field(
         16_384, ge=256, description="Context of the local engine (the release code's default)."
     )

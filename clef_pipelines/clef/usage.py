@@ -79,7 +79,7 @@ class Usage:
                 "errors": self.errors,
                 "input_tokens": self.input_tokens,
                 "output_tokens": self.output_tokens,
-                "cost_usd": round(self.cost_usd, 6),
+                "cost_usd": round(self.cost_usd, 9),
                 "latency_p50_ms": round(percentile(lat, 50), 3),
                 "latency_p95_ms": round(percentile(lat, 95), 3),
                 "latency_p99_ms": round(percentile(lat, 99), 3),

@@ -189,7 +189,8 @@ class SystemOneResponse(BaseModel):
 def error_field(err: ValidationError, prefix: str = "") -> tuple[str, str]:
     """The dotted field and message of the first pydantic error, without union noise."""
     e = err.errors()[0]
-    parts = ([prefix] if prefix else []) + [str(p) for p in e.get("loc", ())]
+    # "[key]" marks a bad dict key in pydantic's location; the key itself names the field.
+    parts = ([prefix] if prefix else []) + [str(p) for p in e.get("loc", ()) if str(p) != "[key]"]
     # A discriminated union puts its tag ("choice") right after the question id in the
     # location; it is not a field, so drop it: questions.team.choice.criteria -> ...team.criteria
     parts = [

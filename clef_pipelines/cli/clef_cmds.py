@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import time
@@ -187,10 +188,8 @@ def _check_store(settings: Any, vector: Any) -> tuple[str, str, float | None]:
         return "failed", f"{settings.store.kind}: {type(exc).__name__}: {exc}", None
     finally:
         if store is not None:
-            try:
+            with contextlib.suppress(Exception):
                 store.close()
-            except Exception:
-                pass
 
 
 @app.command()

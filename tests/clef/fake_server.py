@@ -86,6 +86,8 @@ class FakeServer:
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.calls = 0
+        self.inflight = 0
+        self.max_inflight = 0
         self.server_seconds = 0.0
         app = Starlette(
             routes=[
@@ -166,8 +168,13 @@ class FakeServer:
         raw = await request.body()
         body = json.loads(raw)
         self.requests.append(body)
-        if reply.delay_s:
-            await asyncio.sleep(reply.delay_s)
+        self.inflight += 1  # one event loop: no lock needed
+        self.max_inflight = max(self.max_inflight, self.inflight)
+        try:
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+        finally:
+            self.inflight -= 1
         return reply, body, None
 
     def _answer(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
