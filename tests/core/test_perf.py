@@ -1,0 +1,36 @@
+"""The SciFact corpus (5,183 abstracts) must chunk well within the benchmark's budget."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from clef_pipelines.chunking import chunk_blocks, get_token_counter
+from clef_pipelines.config import ChunkingConfig, ParsingConfig, SourceConfig
+from clef_pipelines.parsing import iter_source_entries, parse_document
+
+SCIFACT = (
+    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scifact" / "corpus.jsonl"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SCIFACT.exists(), reason="SciFact corpus not present")
+@pytest.mark.parametrize("strategy", ["structural", "fixed"])
+def test_scifact_parse_and_chunk_under_ten_seconds(strategy: str) -> None:
+    get_token_counter()  # loading the tokenizer is not chunking
+    source = SourceConfig(name="scifact", path=SCIFACT.name)
+    cfg = ChunkingConfig(strategy=strategy)
+    start = time.perf_counter()
+    docs = chunks = 0
+    for entry in iter_source_entries(source, SCIFACT.parent, ParsingConfig()):
+        doc = entry.load()
+        pieces = chunk_blocks(parse_document(doc), doc.title, doc.doc_id, cfg)
+        assert pieces and all(c.tokens <= cfg.max_tokens for c in pieces)
+        docs += 1
+        chunks += len(pieces)
+    elapsed = time.perf_counter() - start
+    assert docs == 5183
+    assert elapsed < 10.0, f"{strategy}: {docs} docs, {chunks} chunks in {elapsed:.1f}s"
