@@ -385,7 +385,7 @@ class ClefClient:
             return  # a backend that does not report usage cannot be checked
         exact = self.backend.counter.exact
         if (exact and reported < state_n) or (
-            not exact and state_n > 4096 and reported * 8 < state_n
+            not exact and state_n > 4096 and reported * 4 < state_n
         ):
             raise ClefBadAnswer(
                 f"the backend reports {reported} input tokens for a state of about "

@@ -130,13 +130,14 @@ def test_retryable_statuses_honour_retry_after_zero(
 def test_retry_after_seconds_and_jittered_backoff(fake: FakeServer, tmp_path: Path) -> None:
     sleeps = Sleeps()
     fake.script(
-        Reply(status=429, headers={"retry-after": "7"}), Reply(status=503), Reply(status=503)
+        Reply(status=503), Reply(status=429, headers={"retry-after": "7"}), Reply(status=503)
     )
     with self_hosted(fake, tmp_path, sleeps=sleeps, backoff_base_s=2.0, backoff_max_s=3.0) as c:
         c.ask("s", Q)
-    assert sleeps[0] == 7.0
-    assert 1.0 <= sleeps[1] <= 2.0  # attempt 2: half of base..base
-    assert 1.5 <= sleeps[2] <= 3.0  # attempt 3: capped at backoff_max_s
+    assert 1.0 <= sleeps[0] <= 2.0  # after attempt 1: between half the base and the base
+    assert sleeps[1] == 7.0  # the server's retry-after wins over the backoff
+    assert 1.5 <= sleeps[2] <= 3.0  # after attempt 3: 8 s capped at backoff_max_s
+    assert len(set(sleeps)) == 3
 
 
 def test_retries_exhausted_keeps_the_last_error(fake: FakeServer, tmp_path: Path) -> None:
