@@ -1,8 +1,9 @@
-"""The SciFact corpus (5,183 abstracts) must chunk well within the benchmark's budget."""
+"""The whole SciFact corpus (5,183 abstracts) parses and chunks within the token limits.
+
+Timing lives in bench/bench_ingest.py, never in a test."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,10 @@ SCIFACT = (
 @pytest.mark.slow
 @pytest.mark.skipif(not SCIFACT.exists(), reason="SciFact corpus not present")
 @pytest.mark.parametrize("strategy", ["structural", "fixed"])
-def test_scifact_parse_and_chunk_under_ten_seconds(strategy: str) -> None:
+def test_scifact_parses_and_chunks_within_limits(strategy: str) -> None:
     get_token_counter()  # loading the tokenizer is not chunking
     source = SourceConfig(name="scifact", path=SCIFACT.name)
     cfg = ChunkingConfig(strategy=strategy)
-    start = time.perf_counter()
     docs = chunks = 0
     for entry in iter_source_entries(source, SCIFACT.parent, ParsingConfig()):
         doc = entry.load()
@@ -31,6 +31,5 @@ def test_scifact_parse_and_chunk_under_ten_seconds(strategy: str) -> None:
         assert pieces and all(c.tokens <= cfg.max_tokens for c in pieces)
         docs += 1
         chunks += len(pieces)
-    elapsed = time.perf_counter() - start
     assert docs == 5183
-    assert elapsed < 10.0, f"{strategy}: {docs} docs, {chunks} chunks in {elapsed:.1f}s"
+    assert chunks >= docs
