@@ -28,7 +28,12 @@ from clef_pipelines.clef.errors import (
     ClefRetriesExhausted,
 )
 from clef_pipelines.clef.limiter import Pacer
-from clef_pipelines.clef.tokens import PROMPT_OVERHEAD_TOKENS, question_tokens, state_tokens
+from clef_pipelines.clef.tokens import (
+    PROMPT_OVERHEAD_TOKENS,
+    counter_for,
+    question_tokens,
+    state_tokens,
+)
 from clef_pipelines.clef.usage import Usage
 from clef_pipelines.clef.wire import (
     MAX_QUESTIONS,
@@ -91,9 +96,12 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
                 "clef.backend 'workers-ai' needs CLOUDFLARE_ACCOUNT_ID and CLOUDFLARE_API_TOKEN"
             )
         base = config.workers_ai_base_url or env.get("CLEF_WORKERS_AI_BASE_URL")
-        return WorkersAIBackend(
+        backend = WorkersAIBackend(
             config.model, account_id=account, api_token=token, base_url=base, **http_kw
         )
+        # The model's own tokenizer counts exactly when its release folder is at hand.
+        backend.counter = counter_for(config.release_dir)
+        return backend
     if name == "self-hosted":
         from clef_pipelines.clef.backends.self_hosted import SelfHostedBackend
 
@@ -111,6 +119,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
                 )
         backend = SelfHostedBackend(config.model, base_url=base, api_key=key, **http_kw)
         backend.context_tokens = config.max_length
+        backend.counter = counter_for(config.release_dir)
         return backend
     if name == "local":
         from clef_pipelines.clef.backends.local import LocalBackend
@@ -292,7 +301,7 @@ class ClefClient:
         parts: list[dict[str, Any]] = [{}]
         used = 0
         for qid, q in questions.items():
-            n = question_tokens(counter, qid, q)
+            n = question_tokens(counter, qid, q, len(parts[-1]) + 1)
             if n > room:
                 raise ClefRequestTooLarge(
                     f"questions.{qid}: {n} tokens do not fit beside the state "

@@ -4,7 +4,6 @@ truncates silently, and the hosted service once read only about the first 2,048 
 
 from __future__ import annotations
 
-import json
 import math
 from functools import lru_cache
 from pathlib import Path
@@ -12,11 +11,15 @@ from typing import Any, Protocol
 
 from clef_pipelines.clef.wire import render_state
 
-# Fixed prompt around the state and each field (system prompt, headers, option lines),
-# measured on the release prompt layout with a byte-level tokenizer and rounded up.
-PROMPT_OVERHEAD_TOKENS = 96
-FIELD_OVERHEAD_TOKENS = 24
-OPTION_OVERHEAD_TOKENS = 12
+# The fixed prompt around the state (system prompt, role markers, headers) is about 330
+# bytes in the release layout; a byte-level BPE never spends more than one token a byte,
+# so this bounds it for any tokenizer of that family.
+PROMPT_OVERHEAD_TOKENS = 330
+# Stand-ins of the same shape and length as the release's per-field and per-option text,
+# counted with the counter in use so a byte-level tokenizer and a BPE one both come out right.
+_FIELD_TEXT = "\nFIELD {n}\nID: {qid}\nTYPE: {type}\nINSTRUCTION: \nALLOWED OPTIONS:\nEND FIELD\n"
+_OPTION_TEXT = "OPTION {k}: \n"
+_DEFAULT_NOUL_DESCRIPTION = "The statement holds, or the answer is yes indeed."
 
 
 class TokenCounter(Protocol):
@@ -72,21 +75,22 @@ def _render(value: Any) -> str:
     return render_state(value)
 
 
-def question_tokens(counter: TokenCounter, qid: str, question: Any) -> int:
+def question_tokens(counter: TokenCounter, qid: str, question: Any, index: int = 1) -> int:
     """Tokens one question adds to the prompt (instructions, options and their headers)."""
     q = question.model_dump(mode="json") if hasattr(question, "model_dump") else question
-    n = FIELD_OVERHEAD_TOKENS + counter.count(qid) + counter.count(_render(q["instructions"]))
+    n = counter.count(_FIELD_TEXT.format(n=index, qid=qid, type=q["type"]))
+    n += counter.count(_render(q["instructions"]))
     criteria = q.get("criteria")
     if q["type"] == "noul":
-        options = [("true", None), ("false", None)]
-        n += 40  # the built-in true/false descriptions
+        given = criteria or {}
+        options = [(k, given.get(k, _DEFAULT_NOUL_DESCRIPTION)) for k in ("true", "false")]
     elif isinstance(criteria, dict):
         options = list(criteria.items())
     else:
         options = [(str(i), d) for i, d in enumerate(criteria or [])]
-    for oid, desc in options:
+    for k, (oid, desc) in enumerate(options, start=1):
         sem = {"option_id": oid} if desc is None else {"option_id": oid, "description": desc}
-        n += OPTION_OVERHEAD_TOKENS + counter.count(json.dumps(sem, ensure_ascii=False))
+        n += counter.count(_OPTION_TEXT.format(k=k)) + counter.count(_render(sem))
     return n
 
 
