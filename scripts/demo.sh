@@ -5,9 +5,5 @@ cd "$(dirname "$0")/.."
 . .venv/bin/activate
 export TOKENIZERS_PARALLELISM=false
 clef-pipelines ingest --config data/demo.yaml
-while IFS= read -r q; do
-  [ -z "$q" ] && continue
-  echo
-  echo "Q: $q"
-  clef-pipelines query "$q" --config data/demo.yaml --top-k 3
-done < data/queries.txt
+mapfile -t queries < <(grep -v '^[[:space:]]*$' data/queries.txt)
+clef-pipelines query "${queries[@]}" --config data/demo.yaml --top-k 3

@@ -259,7 +259,7 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
 
 @app.command()
 def query(
-    text: Annotated[str, typer.Argument(help="The question.")],
+    texts: Annotated[list[str], typer.Argument(help="One or more questions.")],
     collection: Annotated[str | None, typer.Option(help="Collection to search.")] = None,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=1000)] = 5,
     where: Annotated[
@@ -268,7 +268,7 @@ def query(
     as_json: Annotated[bool, typer.Option("--json", help="Print passages as JSON.")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Vector recall: the passages nearest to the question, with citations."""
+    """Vector recall: the passages nearest to each question, with citations."""
     from clef_pipelines.retrieval.recall import recall_with_settings
     from clef_pipelines.stores import StoreError
 
@@ -282,19 +282,24 @@ def query(
         if not isinstance(flt, dict):
             fail("--where must be a JSON object")
     try:
-        passages = recall_with_settings(
-            settings, text, collection=collection, top_k=top_k, where=flt
+        results = recall_with_settings(
+            settings, texts, collection=collection, top_k=top_k, where=flt
         )
     except (StoreError, ValueError) as exc:
         fail(str(exc))
     if as_json:
-        print(json.dumps([p.as_dict() for p in passages], indent=2, default=str))
+        out: Any = [[p.as_dict() for p in passages] for passages in results]
+        print(json.dumps(out[0] if len(texts) == 1 else out, indent=2, default=str))
         return
-    if not passages:
-        console.print("no passages found")
-    for p in passages:
-        console.print(f"[bold][{p.rank}][/] {p.score:.3f}  [cyan]{p.citation}[/]")
-        console.print(f"    {p.text.strip()[:600]}")
+    for text, passages in zip(texts, results, strict=True):
+        if len(texts) > 1:
+            console.print(f"\n[bold]Q: {text}[/]")
+        if not passages:
+            console.print("no passages found")
+        for p in passages:
+            console.print(f"[bold][{p.rank}][/] {p.score:.3f}  [cyan]{p.citation}[/]")
+            body = " ".join(p.text.split())
+            console.print(f"    {body[:500]}{'...' if len(body) > 500 else ''}")
 
 
 @app.command()

@@ -30,8 +30,11 @@ class Passage:
     @property
     def citation(self) -> str:
         where = f"{self.source_uri}:{self.char_start}-{self.char_end}"
-        section = f" > {self.section_path}" if self.section_path else ""
-        return f"{self.title}{section} ({where})"
+        path = self.section_path
+        # A Markdown H1 is usually the title itself: do not say it twice.
+        if self.title and not (path == self.title or path.startswith(self.title + " > ")):
+            path = f"{self.title} > {path}" if path else self.title
+        return f"{path} ({where})"
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.record.items() if k not in ("vector", "embed_text")}
@@ -78,23 +81,27 @@ def recall(
 
 def recall_with_settings(
     settings: Settings,
-    query: str,
+    queries: list[str],
     *,
     collection: str | None = None,
     top_k: int = 5,
     where: dict[str, Any] | None = None,
-) -> list[Passage]:
+) -> list[list[Passage]]:
+    """Recall for several queries with one store connection and one embedder load."""
     store = open_store(settings.store, settings.data_path)
     embedder = make_embedder(settings.embedder)
     try:
-        return recall(
-            query,
-            store=store,
-            embedder=embedder,
-            collection=collection or settings.collection,
-            top_k=top_k,
-            where=where,
-        )
+        return [
+            recall(
+                q,
+                store=store,
+                embedder=embedder,
+                collection=collection or settings.collection,
+                top_k=top_k,
+                where=where,
+            )
+            for q in queries
+        ]
     finally:
         store.close()
         embedder.close()
