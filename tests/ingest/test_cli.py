@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from clef_pipelines.cli.main import app
@@ -184,3 +185,31 @@ def test_webserver_lists_the_ingestion_assets(workspace: Workspace) -> None:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_query_with_another_embedder_is_refused(workspace: Workspace) -> None:
+    workspace.ingest()
+    workspace.write_config(embedder={"kind": "hash", "dimension": 32})
+    result = runner.invoke(app, ["query", "token", "--config", str(workspace.config_path)])
+    assert result.exit_code == 2
+    assert "was built with embedder hash:v1:64" in result.output
+
+
+def test_dotenv_is_loaded_shell_wins_and_loose_permissions_warn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clef_pipelines.cli.common import load_env_file
+
+    env_file = tmp_path / ".env"
+    env_file.write_text("CLEF_TEST_FROM_FILE=file\nCLEF_TEST_BOTH=file\n")
+    env_file.chmod(0o644)
+    monkeypatch.delenv("CLEF_TEST_FROM_FILE", raising=False)
+    monkeypatch.setenv("CLEF_TEST_BOTH", "shell")
+    load_env_file(env_file)
+    assert os.environ["CLEF_TEST_FROM_FILE"] == "file"
+    assert os.environ["CLEF_TEST_BOTH"] == "shell"
+    assert "readable by other users" in capsys.readouterr().err
+    monkeypatch.delenv("CLEF_TEST_FROM_FILE")
+    env_file.chmod(0o600)
+    load_env_file(env_file)
+    assert "readable by other users" not in capsys.readouterr().err
