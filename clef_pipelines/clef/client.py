@@ -190,6 +190,7 @@ class ClefClient:
         self._cache_id = _cache_id(self.backend)
         self._pacer: Pacer | None = None
         self._started = False
+        self._start_lock: asyncio.Lock | None = None
 
     # ---- public -----------------------------------------------------------------------
 
@@ -204,9 +205,15 @@ class ClefClient:
 
     async def start(self) -> None:
         """Connect or load the engine now rather than on the first request."""
-        if not self._started:
-            await self.backend.start()
-            self._started = True
+        if self._started:
+            return
+        # Concurrent first requests must start the backend once, not once each.
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if not self._started:
+                await self.backend.start()
+                self._started = True
 
     async def ask(
         self,
@@ -457,9 +464,18 @@ class SyncClefClient:
     def close(self) -> None:
         if self._loop.is_running():
             self._run(self.client.aclose())
+            self._run(self._cancel_leftovers())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
         self._loop.close()
+
+    @staticmethod
+    async def _cancel_leftovers() -> None:
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def __enter__(self) -> SyncClefClient:
         return self

@@ -41,6 +41,7 @@ class LocalBackend(Backend):
     async def start(self) -> None:
         import asyncio
 
+        # LocalRunner.load holds a lock: concurrent starts load the engine once.
         if self.runner.engine is None:
             await asyncio.get_running_loop().run_in_executor(None, self.runner.load)
 

@@ -145,6 +145,7 @@ class RayBackend(Backend):
         self._batchers: list[Batcher] = []
         self._inflight: list[int] = []
         self._started = False
+        self._start_lock: asyncio.Lock | None = None
 
     def _start_sync(self) -> None:
         ray = connect(self.address, self.namespace, self.local_num_cpus)
@@ -180,13 +181,18 @@ class RayBackend(Backend):
     async def start(self) -> None:
         if self._started:
             return
-        await asyncio.get_running_loop().run_in_executor(None, self._start_sync)
-        self._batchers = [
-            Batcher(self._runner_for(a), max_batch=self.max_batch, wait_ms=self.batch_wait_ms)
-            for a in self.actors
-        ]
-        self._inflight = [0] * len(self.actors)
-        self._started = True
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:  # concurrent first requests start the pool once
+            if self._started:
+                return
+            await asyncio.get_running_loop().run_in_executor(None, self._start_sync)
+            self._batchers = [
+                Batcher(self._runner_for(a), max_batch=self.max_batch, wait_ms=self.batch_wait_ms)
+                for a in self.actors
+            ]
+            self._inflight = [0] * len(self.actors)
+            self._started = True
 
     def _runner_for(self, actor: Any):  # type: ignore[no-untyped-def]
         async def run(reqs: list[SystemOneRequest]) -> list[dict[str, Any] | ClefError]:
