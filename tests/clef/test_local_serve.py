@@ -179,6 +179,20 @@ def test_serve_422_for_state_over_budget_and_missing_state(served) -> None:  # t
     assert r.status_code == 422 and r.json()["error"]["field"] == "state"
 
 
+def test_images_without_an_image_processor_are_unsupported(served) -> None:  # type: ignore[no-untyped-def]
+    # The tiny release ships no processor (and torchvision cannot load here): an image
+    # request is refused by name instead of failing inside the engine.
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    r = post(served.url, make_body(images=[f"data:image/png;base64,{png}"]))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == {
+        "code": "unsupported",
+        "message": r.json()["error"]["message"],
+        "field": "images",
+    }
+    assert post(served.url, make_body()).status_code == 200  # text still works
+
+
 def test_serve_batches_concurrent_requests(served) -> None:  # type: ignore[no-untyped-def]
     async def run() -> list[int]:
         async with httpx.AsyncClient(headers={"authorization": f"Bearer {KEY}"}, timeout=60) as c:

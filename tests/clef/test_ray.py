@@ -83,6 +83,43 @@ def test_ray_pool_end_to_end(ray_session: str, tiny_release: Path, tmp_path: Pat
         again = sorted(ray.get([a.info.remote() for a in c.backend.actors]), key=str)
     assert [p["pid"] for p in again] == [p["pid"] for p in pids]
 
+    # `serve --ray`: the HTTP server answers through the same pool.
+    import httpx
+
+    from clef_pipelines.clef.backends.ray_pool import RayBackend
+    from clef_pipelines.clef.serve import build_app
+    from tests.clef.conftest import ServedApp
+
+    backend = RayBackend(
+        "clef",
+        release_dir=str(tiny_release),
+        address=None,
+        namespace=namespace,
+        num_actors=2,
+        num_gpus_per_actor=None,
+        num_cpus_per_actor=1,
+        device=None,
+        max_length=4096,
+        max_batch=8,
+        batch_wait_ms=5,
+    )
+    with ServedApp(build_app(backend, api_key="k")) as server:
+        r = httpx.post(
+            server.base_url + "/v1/systemone",
+            json=make_body(),
+            headers={"authorization": "Bearer k"},
+            timeout=120,
+        )
+        assert r.status_code == 200, r.text
+        assert set(r.json()["answers"]) == set(questions)
+        r = httpx.post(
+            server.base_url + "/v1/systemone",
+            json=make_body(state="s" * 5000),
+            headers={"authorization": "Bearer k"},
+            timeout=120,
+        )
+        assert r.status_code == 422 and r.json()["error"]["field"] == "state"
+
     # Shutdown kills our actors only: an actor of someone else's (other name, or the same
     # name in another namespace) survives.
     @ray.remote(num_cpus=0)
