@@ -479,7 +479,7 @@ class LanceDBStore(VectorStore):
             s = s.nprobes(self.nprobes).refine_factor(self.refine_factor)
             if self.index_type.startswith("IVF_HNSW"):
                 s = s.ef(max(self.ef, top_k * self.refine_factor))
-        return s.select(self._select(spec, None)).limit(top_k).to_arrow()
+        return s.select([*self._select(spec, None), "_distance"]).limit(top_k).to_arrow()
 
     # --------------------------------------------------------------- manifest
 

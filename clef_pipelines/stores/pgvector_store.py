@@ -121,6 +121,12 @@ class PgVectorStore(VectorStore):
                     "manifest jsonb)"
                 ).format(self._t(META_TABLE))
             )
+            cur.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+            row = cur.fetchone()
+            version = tuple(int(p) for p in str(row[0]).split(".")[:2]) if row else (0, 0)
+        # hnsw.iterative_scan exists from pgvector 0.8; older servers fall back to exact search
+        # when the index returns fewer than k rows.
+        self.iterative_scan = version >= (0, 8)
         register_vector(self._conn)
 
     def _t(self, name: str) -> Any:
@@ -490,7 +496,8 @@ class PgVectorStore(VectorStore):
                         sql.Literal(max(self.ef_search, top_k))
                     )
                 )
-                cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                if self.iterative_scan:
+                    cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             cur.execute(stmt, params)
             return list(cur.fetchall())
 

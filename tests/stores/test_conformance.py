@@ -548,6 +548,12 @@ def test_10k_filtered_query_returns_exactly_k(
             assert recall >= 0.8, (flt, recall)
         scores = [h.score for h in hits]
         assert scores == sorted(scores, reverse=True)
+    # scans and gets are not truncated (no default limits, pagination works)
+    assert len(store.list_ids("docs")) == BIG_N
+    assert len(store.list_ids("docs", where={"n": 8})) == 100
+    assert len(list(store.scan("docs", where={"source": "far"}, fields=["n"]))) == BIG_N // 2
+    some = [r["id"] for r in records[:2_500]]
+    assert {r["id"] for r in store.get("docs", some)} == set(some)
     # deleting a filtered slice keeps the count right
     assert store.delete("docs", where={"n": 7}) == 100
     assert store.count("docs") == BIG_N - 100
