@@ -39,6 +39,7 @@ from clef_pipelines.clef.wire import (
     MAX_QUESTIONS,
     SystemOneRequest,
     SystemOneResponse,
+    canonical_json,
     parse_questions,
     parse_request,
     parse_response,
@@ -352,7 +353,10 @@ class ClefClient:
                 return resp
         await self.start()
         pacer = self._pacer_now()
-        tokens = state_tokens(self.backend.counter, request.state)
+        counter = self.backend.counter
+        tokens = state_tokens(counter, request.state)
+        # The token limiter is charged for the whole input: state, questions and prompt.
+        charge = tokens + counter.count(canonical_json(wire["questions"])) + PROMPT_OVERHEAD_TOKENS
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.max_retries + 1),
             retry=retry_if_exception(lambda e: isinstance(e, ClefError) and e.retryable),
@@ -366,7 +370,7 @@ class ClefClient:
                 with attempt:
                     # Hold a concurrency slot while sending only, not while backing off.
                     async with pacer.slots:
-                        await pacer.admit(tokens)
+                        await pacer.admit(charge)
                         body = await self.backend.send(request)
             resp = parse_response(body, request)
             self._check_not_truncated(request, resp, tokens)
