@@ -227,6 +227,35 @@ def bench_client(n: int) -> dict[str, Any]:
         proc.wait(10)
 
 
+def markdown(r: dict[str, Any]) -> str:
+    """The results as the table docs/BENCHMARKS.md shows."""
+    s, c = r["serve"], r["client"]
+    rows = [
+        "| `serve`, tiny release | requests/s | p50 ms | p95 ms | mean batch |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label in (
+        "one at a time",
+        "concurrency 8, no batching (--max-batch 1)",
+        "concurrency 8, batching (--max-batch 8)",
+    ):
+        x = s[label]
+        rows.append(f"| {label} | {x['rps']} | {x['p50_ms']} | {x['p95_ms']} | {x['mean_batch']} |")
+    rows += [
+        "",
+        f"Batching at concurrency 8 vs one at a time: **{s['speedup_batching_vs_one_at_a_time']}x**"
+        f" (vs concurrency 8 unbatched: {s['speedup_batching_vs_c8_unbatched']}x).",
+        "",
+        "| Client vs fake server (0 ms answers) | p50 ms | p95 ms |",
+        "|---|---:|---:|",
+        f"| bare httpx round trip | {c['bare_httpx_p50_ms']} | |",
+        f"| ClefClient.ask, cache off | {c['client_p50_ms']} | {c['client_p95_ms']} |",
+        f"| client overhead (difference of p50s) | {c['client_overhead_p50_ms']} | |",
+        f"| cache hit | {c['cache_hit_p50_ms']} | {c['cache_hit_p95_ms']} |",
+    ]
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=96, help="requests per serve mode")
@@ -250,6 +279,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
+    print(markdown(results))
 
 
 if __name__ == "__main__":
