@@ -110,8 +110,11 @@ def embed_chunks(
             for rec in store.get(collection, ids[start : start + 1000], with_vectors=True):
                 vectors[rec["id"]] = np.asarray(rec["vector"], dtype=np.float32)
     stats.reused = len(vectors)
-    todo = [i for i, id_ in enumerate(ids) if id_ not in vectors]
     texts = chunks["embed_text"].to_list() if chunks.height else []
+    # Batches of similar length waste less compute on padding.
+    todo = sorted(
+        (i for i, id_ in enumerate(ids) if id_ not in vectors), key=lambda i: len(texts[i])
+    )
     calls_before, seconds_before = embedder.calls, embedder.seconds
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
