@@ -29,6 +29,7 @@ from clef_pipelines.clef.errors import (
     ClefNotConfigured,
     ClefRequestTooLarge,
     ClefUnsupported,
+    ClefValidationError,
 )
 from clef_pipelines.clef.wire import SystemOneRequest
 
@@ -157,8 +158,8 @@ class Engine:
                 slots.append(i)
             except ClefError as exc:
                 out[i] = exc
-            except ValueError as exc:
-                out[i] = ClefRequestTooLarge(str(exc), field="questions")
+            except ValueError as exc:  # the release code's own refusals
+                out[i] = ClefValidationError(str(exc), field="(body)")
         if not records:
             return out
         with torch.inference_mode():
