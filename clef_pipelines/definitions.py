@@ -11,6 +11,7 @@ from clef_pipelines.jobs.ingestion import (
     ingestion_job,
     source_change_sensor,
 )
+from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.parquet_io import PolarsParquetIOManager
 from clef_pipelines.resources.settings import PipelineSettings
@@ -23,6 +24,8 @@ def build_resources(
     settings = PipelineSettings(config_path=config_path, overrides_json=overrides_json)
     return {
         "pipeline_settings": settings,
+        # Clef: initialised only by steps that ask for it (the screen and enrichment stages).
+        "clef": ClefResource(config_file=config_path),
         "vector_store": VectorStoreResource(settings=settings),
         "embedder": EmbedderResource(settings=settings),
         "parquet_io": PolarsParquetIOManager(settings=settings),

@@ -4,7 +4,6 @@ source_documents -> parsed_blocks -> screened_paragraphs -> chunks -> enrichment
 -> embeddings -> store_sync. Each asset calls the plain-Python core and reports what it did.
 """
 
-
 import time
 
 import dagster as dg

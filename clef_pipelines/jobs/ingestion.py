@@ -1,6 +1,5 @@
 """The ingestion job, the sensor that registers sources and watches them, and the refresh."""
 
-
 import json
 
 import dagster as dg

@@ -87,7 +87,9 @@ class VectorStore(ABC):
         """Delete by ids, or by filter (or both: ids AND filter); returns the number deleted."""
 
     @abstractmethod
-    def get(self, collection: str, ids: Sequence[str], *, with_vectors: bool = False) -> list[Record]:
+    def get(
+        self, collection: str, ids: Sequence[str], *, with_vectors: bool = False
+    ) -> list[Record]:
         """The records with these ids that exist (missing ids are skipped), any order."""
 
     @abstractmethod
