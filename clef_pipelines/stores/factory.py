@@ -16,6 +16,20 @@ def _under(data_dir: pathlib.Path, path: str | None, default: str) -> pathlib.Pa
     return p if p.is_absolute() else pathlib.Path(data_dir) / p
 
 
+_MEMORY_STORE: VectorStore | None = None
+
+
+def _process_memory_store() -> VectorStore:
+    """One in-memory store per process, so that an in-process ingestion run and a later query
+    in the same process see the same collections (it is gone when the process ends)."""
+    global _MEMORY_STORE
+    if _MEMORY_STORE is None:
+        from clef_pipelines.stores.memory import MemoryStore
+
+        _MEMORY_STORE = MemoryStore()
+    return _MEMORY_STORE
+
+
 def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
     """The store for ``config.kind``; relative paths are resolved under ``data_dir``."""
     kind = config.kind
@@ -77,7 +91,5 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             ef_search=p.ef_search,
         )
     if kind == "memory":
-        from clef_pipelines.stores.memory import MemoryStore
-
-        return MemoryStore()
+        return _process_memory_store()
     raise StoreError(f"unknown store kind {kind!r}")  # pragma: no cover - pydantic guards it

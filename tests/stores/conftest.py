@@ -7,7 +7,6 @@ fail, so CI never skips a store test.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,28 +19,6 @@ KINDS = ["memory", "lancedb", "qdrant", "pgvector"]
 
 #: LanceDB builds its ANN index at this size in the tests, so the 10k case goes through it.
 LANCE_TEST_INDEX_THRESHOLD = 5_000
-
-
-@pytest.fixture(scope="session")
-def pg_dsn() -> Iterator[str]:
-    dsn = os.environ.get("CLEF_PG_DSN")
-    if dsn:
-        yield dsn
-        return
-    from tests.pg import running_postgres
-
-    try:
-        cm = running_postgres()
-        dsn = cm.__enter__()
-    except Exception as exc:  # noqa: BLE001 - reported below
-        msg = f"cannot start PostgreSQL + pgvector for the store tests: {exc}"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    try:
-        yield dsn
-    finally:
-        cm.__exit__(None, None, None)
 
 
 def _pg_store(dsn: str) -> tuple[VectorStore, Callable[[], None]]:
