@@ -4,5 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
+# PostgreSQL refuses to run as root: the store tests run it as `postgres`, created if missing.
+if [ "$(id -u)" = "0" ] && ! id -u postgres >/dev/null 2>&1; then
+  useradd --system --no-create-home --shell /usr/sbin/nologin postgres
+fi
 export TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0 DAGSTER_DG_UPDATE_CHECK_ENABLED=0
 python -m pytest -q -p no:cacheprovider "$@"
