@@ -8,7 +8,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,11 +16,15 @@ from clef_pipelines.stores.base import (
     QUARANTINE_FIELD,
     CollectionSpec,
     FieldType,
+    Filter,
     Metric,
     Record,
     StoreError,
     normalise_score,
 )
+
+if TYPE_CHECKING:
+    from clef_pipelines.stores.filters import Node
 
 COLLECTION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,47}$")
 FIELD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
@@ -299,3 +303,34 @@ def check_top_k(top_k: int) -> int:
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
         raise StoreError(f"top_k must be a non-negative int, got {top_k!r}")
     return top_k
+
+
+def require_delete_target(collection: str, ids: object, where: object) -> None:
+    """A delete with neither ids nor a filter is a mistake, not "delete everything"."""
+    if ids is None and where is None:
+        raise StoreError(
+            f"collection {collection!r}: delete needs ids or where (use where={{}} to "
+            "delete everything)"
+        )
+
+
+def delete_filter(
+    collection: str,
+    fields: Mapping[str, FieldType],
+    ids: Sequence[str] | None,
+    where: Filter | None,
+) -> Node | None:
+    """The filter a delete applies (ids AND where), or None when it can match nothing."""
+    from clef_pipelines.stores.filters import And, Const, In, parse_filter
+
+    require_delete_target(collection, ids, where)
+    node = parse_filter(where, fields)
+    if ids is not None:
+        id_list = check_ids(ids, collection)
+        if not id_list:
+            return None
+        by_id = In("id", tuple(id_list), False, "str")
+        node = by_id if (isinstance(node, Const) and node.value) else And((by_id, node))
+    if isinstance(node, Const) and not node.value:
+        return None
+    return node

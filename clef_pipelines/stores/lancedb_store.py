@@ -38,6 +38,7 @@ from clef_pipelines.stores._common import (
     normalise_spec,
     output_record,
     prepare_records,
+    require_delete_target,
     score,
     spec_from_json,
     spec_to_json,
@@ -248,11 +249,7 @@ class LanceDBStore(VectorStore):
         self, collection: str, *, ids: Sequence[str] | None = None, where: Filter | None = None
     ) -> int:
         spec = self.get_spec(collection)
-        if ids is None and where is None:
-            raise StoreError(
-                f"collection {collection!r}: delete needs ids or where (use where={{}} to "
-                "delete everything)"
-            )
+        require_delete_target(collection, ids, where)
         node = parse_filter(where, spec.fields)
         if isinstance(node, Const) and not node.value:
             return 0

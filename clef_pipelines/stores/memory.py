@@ -22,6 +22,7 @@ from clef_pipelines.stores._common import (
     normalise_spec,
     output_record,
     prepare_records,
+    require_delete_target,
     score,
 )
 from clef_pipelines.stores.base import (
@@ -97,11 +98,7 @@ class MemoryStore(VectorStore):
     ) -> int:
         with self._lock:
             col = self._col(collection)
-            if ids is None and where is None:
-                raise StoreError(
-                    f"collection {collection!r}: delete needs ids or where (use where={{}} to "
-                    "delete everything)"
-                )
+            require_delete_target(collection, ids, where)
             node = parse_filter(where, col.spec.fields)
             if ids is not None:
                 cands = [i for i in check_ids(ids, collection) if i in col.rows]

@@ -29,6 +29,7 @@ from clef_pipelines.stores._common import (
     check_ids,
     check_query_vector,
     check_top_k,
+    delete_filter,
     merge_specs,
     normalise_spec,
     output_record,
@@ -47,9 +48,7 @@ from clef_pipelines.stores.base import (
     VectorStore,
 )
 from clef_pipelines.stores.filters import (
-    And,
     Const,
-    In,
     Node,
     parse_filter,
     to_qdrant,
@@ -252,22 +251,8 @@ class QdrantStore(VectorStore):
         from qdrant_client import models as qm
 
         spec = self.get_spec(collection)
-        if ids is None and where is None:
-            raise StoreError(
-                f"collection {collection!r}: delete needs ids or where (use where={{}} to "
-                "delete everything)"
-            )
-        node = parse_filter(where, spec.fields)
-        if ids is not None:
-            id_list = check_ids(ids, collection)
-            if not id_list:
-                return 0
-            node = (
-                And((In("id", tuple(id_list), False, "str"), node))
-                if not (isinstance(node, Const) and node.value)
-                else In("id", tuple(id_list), False, "str")
-            )
-        if isinstance(node, Const) and not node.value:
+        node = delete_filter(collection, spec.fields, ids, where)
+        if node is None:
             return 0
         flt = to_qdrant(node)
         with self._lock:
