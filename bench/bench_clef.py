@@ -1,9 +1,13 @@
 """Clef benchmarks: `serve` batching on the tiny release, client overhead, cache hits.
 
-    python bench/bench_clef.py [--requests 96] [--out bench/results/clef.json]
+    python bench/bench_clef.py [--requests 96] [--rounds 3] [--skip-client]
+                               [--out bench/results/clef.json]
 
 1. `clef-pipelines serve` (a subprocess) on a tiny random release: requests per second one
    request at a time, then at concurrency 8 without batching (--max-batch 1) and with it.
+   The modes run interleaved `--rounds` times (the machine's other load drifts; the table
+   shows the median round) and each run records the load average and the CPU seconds the
+   server and this load generator spent per request (from /proc and process_time).
 2. Client overhead: the fake System One server (a subprocess, answering at once) timed with
    bare httpx and through ClefClient (validation, pacing, retry wrapper, answer checks,
    usage); the difference is the client's own cost. Then the cache-hit latency.
@@ -80,7 +84,7 @@ def body(i: int) -> dict[str, Any]:
     }
 
 
-async def drive(url: str, n: int, concurrency: int, key: str) -> dict[str, float]:
+async def drive(url: str, n: int, concurrency: int, key: str, server_pid: int) -> dict[str, Any]:
     sem = asyncio.Semaphore(concurrency)
     lat: list[float] = []
     headers = {"authorization": f"Bearer {key}"}
@@ -97,50 +101,53 @@ async def drive(url: str, n: int, concurrency: int, key: str) -> dict[str, float
                 r.raise_for_status()
                 lat.append((time.perf_counter() - t0) * 1e3)
 
+        server_cpu0 = proc_cpu_seconds(server_pid)
+        client_cpu0 = time.process_time()
         started = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(n)))
         wall = time.perf_counter() - started
+        client_cpu = time.process_time() - client_cpu0
+        server_cpu = proc_cpu_seconds(server_pid) - server_cpu0
     return {
         "requests": n,
         "concurrency": concurrency,
         "rps": round(n / wall, 2),
         "p50_ms": round(pct(lat, 50), 1),
         "p95_ms": round(pct(lat, 95), 1),
+        # CPU the server used, in cores (2.0 = both cores busy the whole time), and per request
+        "server_cores": round(server_cpu / wall, 2),
+        "server_cpu_ms_per_request": round(server_cpu / n * 1e3, 1),
+        "client_cpu_ms_per_request": round(client_cpu / n * 1e3, 2),
     }
 
 
-def bench_serve(release: Path, n: int) -> dict[str, Any]:
+def proc_cpu_seconds(pid: int) -> float:
+    """user + system CPU seconds of a process and its threads (Linux /proc; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+MODES = (
+    ("one at a time", 8, 1),
+    ("concurrency 8, no batching (--max-batch 1)", 1, 8),
+    ("concurrency 8, batching (--max-batch 8)", 8, 8),
+)
+
+
+def bench_serve(release: Path, n: int, rounds: int = 1) -> dict[str, Any]:
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in MODES}
+    for r in range(rounds):
+        for label, max_batch, conc in MODES:
+            res = serve_once(release, n, max_batch, conc)
+            runs[label].append(res)
+            print(f"  round {r + 1} serve {label}: {res}", flush=True)
     out: dict[str, Any] = {}
-    key = "bench-key"
-    env = os.environ | {"BENCH_KEY": key, "TOKENIZERS_PARALLELISM": "false"}
-    for label, max_batch, conc in (
-        ("one at a time", 8, 1),
-        ("concurrency 8, no batching (--max-batch 1)", 1, 8),
-        ("concurrency 8, batching (--max-batch 8)", 8, 8),
-    ):
-        port = free_port()
-        cmd = [
-            str(Path(sys.executable).parent / "clef-pipelines"), "serve", str(release),
-            "--port", str(port), "--api-key-env", "BENCH_KEY", "--max-batch", str(max_batch),
-        ]  # fmt: skip
-        proc = subprocess.Popen(
-            cmd,
-            env=env,
-            cwd=tempfile.gettempdir(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            wait_health(url, proc)
-            res = asyncio.run(drive(url, n, conc, key))
-            health = httpx.get(url + "/health").json()
-            res["mean_batch"] = health.get("mean_batch")
-            out[label] = res
-            print(f"  serve {label}: {res}", flush=True)
-        finally:
-            proc.terminate()
-            proc.wait(30)
+    for label, results in runs.items():
+        median = sorted(results, key=lambda x: x["rps"])[len(results) // 2]
+        out[label] = median | {"rps_all_rounds": [x["rps"] for x in results]}
     base = out["one at a time"]["rps"]
     out["speedup_batching_vs_one_at_a_time"] = round(
         out["concurrency 8, batching (--max-batch 8)"]["rps"] / base, 2
@@ -151,6 +158,35 @@ def bench_serve(release: Path, n: int) -> dict[str, Any]:
         2,
     )
     return out
+
+
+def serve_once(release: Path, n: int, max_batch: int, conc: int) -> dict[str, Any]:
+    key = "bench-key"
+    env = os.environ | {"BENCH_KEY": key, "TOKENIZERS_PARALLELISM": "false"}
+    port = free_port()
+    cmd = [
+        str(Path(sys.executable).parent / "clef-pipelines"), "serve", str(release),
+        "--port", str(port), "--api-key-env", "BENCH_KEY", "--max-batch", str(max_batch),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=tempfile.gettempdir(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_health(url, proc)
+        load_before = os.getloadavg()[0]
+        res = asyncio.run(drive(url, n, conc, key, proc.pid))
+        res["loadavg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+        health = httpx.get(url + "/health").json()
+        res["mean_batch"] = health.get("mean_batch")
+        return res
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 FAKE = """
@@ -229,36 +265,43 @@ def bench_client(n: int) -> dict[str, Any]:
 
 def markdown(r: dict[str, Any]) -> str:
     """The results as the table docs/BENCHMARKS.md shows."""
-    s, c = r["serve"], r["client"]
+    s, c = r["serve"], r.get("client")
     rows = [
-        "| `serve`, tiny release | requests/s | p50 ms | p95 ms | mean batch |",
-        "|---|---:|---:|---:|---:|",
+        "| `serve`, tiny release | requests/s (median; all rounds) | p50 ms | p95 ms "
+        "| mean batch | server cores | load avg |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for label in (
-        "one at a time",
-        "concurrency 8, no batching (--max-batch 1)",
-        "concurrency 8, batching (--max-batch 8)",
-    ):
+    for label, _, _ in MODES:
         x = s[label]
-        rows.append(f"| {label} | {x['rps']} | {x['p50_ms']} | {x['p95_ms']} | {x['mean_batch']} |")
+        rounds = ", ".join(str(v) for v in x["rps_all_rounds"])
+        load = " / ".join(str(v) for v in x["loadavg_1m_before_after"])
+        rows.append(
+            f"| {label} | {x['rps']} ({rounds}) | {x['p50_ms']} | {x['p95_ms']} "
+            f"| {x['mean_batch']} | {x['server_cores']} | {load} |"
+        )
     rows += [
         "",
         f"Batching at concurrency 8 vs one at a time: **{s['speedup_batching_vs_one_at_a_time']}x**"
         f" (vs concurrency 8 unbatched: {s['speedup_batching_vs_c8_unbatched']}x).",
-        "",
-        "| Client vs fake server (0 ms answers) | p50 ms | p95 ms |",
-        "|---|---:|---:|",
-        f"| bare httpx round trip | {c['bare_httpx_p50_ms']} | |",
-        f"| ClefClient.ask, cache off | {c['client_p50_ms']} | {c['client_p95_ms']} |",
-        f"| client overhead (difference of p50s) | {c['client_overhead_p50_ms']} | |",
-        f"| cache hit | {c['cache_hit_p50_ms']} | {c['cache_hit_p95_ms']} |",
     ]
+    if c:
+        rows += [
+            "",
+            "| Client vs fake server (0 ms answers) | p50 ms | p95 ms |",
+            "|---|---:|---:|",
+            f"| bare httpx round trip | {c['bare_httpx_p50_ms']} | |",
+            f"| ClefClient.ask, cache off | {c['client_p50_ms']} | {c['client_p95_ms']} |",
+            f"| client overhead (difference of p50s) | {c['client_overhead_p50_ms']} | |",
+            f"| cache hit | {c['cache_hit_p50_ms']} | {c['cache_hit_p95_ms']} |",
+        ]
     return "\n".join(rows)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=96, help="requests per serve mode")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the serve modes")
+    ap.add_argument("--skip-client", action="store_true", help="serve only")
     ap.add_argument("--client-requests", type=int, default=1000)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "clef.json"))
     args = ap.parse_args()
@@ -272,9 +315,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         release = build_tiny_release(Path(tmp) / "tiny-release")
         print("serve (tiny random release, CPU float32):", flush=True)
-        results["serve"] = bench_serve(release, args.requests)
-    print("client against the fake server (0 ms answers):", flush=True)
-    results["client"] = bench_client(args.client_requests)
+        results["serve"] = bench_serve(release, args.requests, args.rounds)
+    if not args.skip_client:
+        print("client against the fake server (0 ms answers):", flush=True)
+        results["client"] = bench_client(args.client_requests)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -1,4 +1,5 @@
-"""`local`: a release folder in this process; concurrent requests share forward passes."""
+"""`local`: a release folder in this process; concurrent requests share forward passes, and
+on CPU several passes run side by side (see `LocalRunner`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from clef_pipelines.clef.backends.base import Backend
-from clef_pipelines.clef.engine import Batcher, LocalRunner
+from clef_pipelines.clef.engine import LocalRunner, WorkerBatcher
 from clef_pipelines.clef.errors import ClefNotConfigured
 from clef_pipelines.clef.tokens import counter_for
 from clef_pipelines.clef.wire import SystemOneRequest
@@ -24,6 +25,7 @@ class LocalBackend(Backend):
         max_length: int = 16_384,
         max_batch: int = 8,
         batch_wait_ms: float = 2.0,
+        workers: int | None = None,
     ) -> None:
         super().__init__(model)
         if not release_dir:
@@ -35,8 +37,11 @@ class LocalBackend(Backend):
         self.release_dir = release_dir
         self.context_tokens = max_length
         self.counter = counter_for(release_dir)
-        self.runner = LocalRunner(release_dir, device=device, max_length=max_length)
-        self.batcher = Batcher(self.runner, max_batch=max_batch, wait_ms=batch_wait_ms)
+        # workers: forward passes side by side (default: 2 on a multi-core CPU, 1 on GPU).
+        self.runner = LocalRunner(
+            release_dir, device=device, max_length=max_length, workers=workers
+        )
+        self.batcher = WorkerBatcher(self.runner, max_batch=max_batch, wait_ms=batch_wait_ms)
 
     async def start(self) -> None:
         import asyncio
