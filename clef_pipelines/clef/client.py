@@ -132,6 +132,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
             max_length=config.max_length,
             max_batch=config.max_batch,
             batch_wait_ms=config.batch_wait_ms,
+            workers=config.engine_workers,
         )
     if name == "ray":
         from clef_pipelines.clef.backends.ray_pool import RayBackend

@@ -73,6 +73,12 @@ class ClefConfig(StrictModel):
     batch_wait_ms: float = Field(
         2.0, ge=0, description="How long the engine waits to fill a batch after the first request."
     )
+    engine_workers: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Forward passes run side by side (default: 2 on a multi-core CPU, 1 on GPU).",
+    )
 
     # ray
     ray_address: str | None = Field(

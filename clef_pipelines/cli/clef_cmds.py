@@ -37,6 +37,12 @@ def serve(
     max_batch: Annotated[
         int | None, typer.Option(help="Requests per forward pass (default: clef.max_batch).")
     ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Forward passes side by side (default: clef.engine_workers, else auto)."
+        ),
+    ] = None,
     max_body_mb: Annotated[float, typer.Option(help="Largest request body, in MiB.")] = 16.0,
     config: ConfigOption = None,
 ) -> None:
@@ -87,6 +93,7 @@ def serve(
                 max_length=cfg.max_length,
                 max_batch=batch,
                 batch_wait_ms=cfg.batch_wait_ms,
+                workers=workers or cfg.engine_workers,
             )
     except ClefError as exc:
         fail(str(exc))

@@ -198,3 +198,14 @@ def test_two_workers_answer_like_one_pass_at_a_time(tiny_release: Path) -> None:
         for qid, a in want["answers"].items():
             for opt, p in a.get("probabilities", {}).items():
                 assert got["answers"][qid]["probabilities"][opt] == pytest.approx(p, abs=2e-3)
+
+
+def test_engine_workers_setting_reaches_the_local_engine(tiny_release: Path) -> None:
+    from clef_pipelines.clef.client import make_backend
+    from clef_pipelines.clef.config import ClefConfig
+
+    one = make_backend(ClefConfig(backend="local", release_dir=str(tiny_release), engine_workers=1))
+    default = make_backend(ClefConfig(backend="local", release_dir=str(tiny_release)))
+    assert isinstance(one, LocalBackend) and isinstance(default, LocalBackend)
+    assert one.runner._workers == 1
+    assert default.runner._workers is None  # decided from the device when the engine loads
