@@ -5,6 +5,7 @@ Each step fails a broken document alone, with a reason, and lets the rest of the
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from datetime import UTC, datetime
@@ -16,9 +17,15 @@ from clef_pipelines.chunking import chunk_blocks
 from clef_pipelines.config import Settings, SourceConfig
 from clef_pipelines.ingest.documents import TO_PROCESS, EntryState, document_hash
 from clef_pipelines.parsing import parse_document
-from clef_pipelines.parsing.loaders import iter_source_entries
+from clef_pipelines.parsing.loaders import iter_source_entries, resolve_source_path
 from clef_pipelines.parsing.models import Block, ParseError
-from clef_pipelines.records import PIPELINE_VERSION, content_hash, metadata_field, record_id
+from clef_pipelines.records import (
+    PIPELINE_VERSION,
+    content_hash,
+    metadata_field,
+    record_id,
+    sha256_hex,
+)
 
 FAILURE_SCHEMA = {"doc_id": pl.Utf8, "reason": pl.Utf8, "error": pl.Utf8}
 
@@ -62,10 +69,6 @@ CHUNK_SCHEMA = {
 }
 
 
-def source_root(settings: Settings, source: SourceConfig) -> Path:
-    return settings.resolve(source.path)
-
-
 def list_entries(settings: Settings, source: SourceConfig, fingerprint: str) -> list[EntryState]:
     """List a source's documents with their hashes, without parsing anything."""
     out: list[EntryState] = []
@@ -87,7 +90,7 @@ def list_entries(settings: Settings, source: SourceConfig, fingerprint: str) -> 
 
 def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
     """A cheap change signal for the sensor: file names, sizes and modification times."""
-    root = source_root(settings, source)
+    root = resolve_source_path(source, settings.base_dir)
     if not root.exists():
         return "missing"
     if root.is_file():
@@ -102,8 +105,6 @@ def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
             except OSError:
                 continue
             parts.append(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
-    from clef_pipelines.records import sha256_hex
-
     return sha256_hex("\n".join(sorted(parts)))[:16]
 
 
@@ -111,8 +112,6 @@ def parse_source(
     settings: Settings, source: SourceConfig, inventory: pl.DataFrame, fingerprint: str
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Parse the documents the inventory marks for processing; returns (blocks, failures)."""
-    import json
-
     wanted = set(inventory.filter(pl.col("status").is_in(TO_PROCESS))["doc_id"].to_list())
     rows: list[dict] = []
     failures: list[dict] = []
@@ -203,8 +202,6 @@ def chunk_documents(
     settings: Settings, source: str, screened: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Chunk each document's kept blocks; returns (chunks, failures)."""
-    import json
-
     cfg = settings.chunking
     now = datetime.now(UTC).isoformat(timespec="seconds")
     rows: list[dict] = []
