@@ -71,9 +71,11 @@ class ParsingConfig(StrictModel):
 
 class ChunkingConfig(StrictModel):
     strategy: Literal["structural", "fixed"] = "structural"
+    # Defaults fit the default embedder: all-MiniLM-L6-v2 reads 254 word pieces, and the
+    # embedded text adds the title and section path (about 30) to the chunk's own tokens.
     min_tokens: int = Field(40, ge=1)
-    target_tokens: int = Field(220, ge=8)
-    max_tokens: int = Field(400, ge=16)
+    target_tokens: int = Field(180, ge=8)
+    max_tokens: int = Field(224, ge=16)
     overlap_tokens: int = Field(40, ge=0, description="Overlap between fixed chunks.")
 
     @model_validator(mode="after")

@@ -223,6 +223,12 @@ def embeddings(
         batch_size=settings.embedder.batch_size,
         progress=progress,
     )
+    if stats.over_window:
+        context.log.warning(
+            f"{stats.over_window} chunk texts are longer than {emb.name} reads "
+            f"({emb.max_input_tokens} word pieces): their tails are not in their vectors; "
+            "lower chunking.max_tokens"
+        )
     return dg.Output(
         frame,
         metadata={
@@ -233,6 +239,7 @@ def embeddings(
             "reused": stats.reused,
             "embedder_calls": stats.embedder_calls,
             "embedder_seconds": round(stats.embedder_seconds, 3),
+            "over_embedder_window": stats.over_window,
             "seconds": round(time.perf_counter() - started, 3),
         },
     )

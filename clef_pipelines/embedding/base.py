@@ -19,6 +19,9 @@ class Embedder(ABC):
     name: str
     dimension: int
     metric: Metric = "cosine"
+    #: Word pieces the model reads per text (special tokens excluded); longer texts are cut
+    #: by the model, so the embedding step counts them. None: no known limit.
+    max_input_tokens: int | None = None
 
     def __init__(self) -> None:
         self.calls = 0

@@ -19,6 +19,8 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 class MiniLMEmbedder(Embedder):
     name = f"minilm:{MODEL_NAME}"
     dimension = 384
+    # all-MiniLM-L6-v2 reads 256 word pieces, [CLS] and [SEP] included.
+    max_input_tokens = 254
 
     def __init__(self, batch_size: int = 64, device: str | None = None) -> None:
         super().__init__()

@@ -85,6 +85,8 @@ class EmbedStats:
     embedded: int = 0
     embedder_calls: int = 0
     embedder_seconds: float = 0.0
+    #: Embedded texts longer than the model reads: their tails are not in their vectors.
+    over_window: int = 0
 
 
 def embed_chunks(
@@ -110,6 +112,7 @@ def embed_chunks(
             for rec in store.get(collection, ids[start : start + 1000], with_vectors=True):
                 vectors[rec["id"]] = np.asarray(rec["vector"], dtype=np.float32)
     stats.reused = len(vectors)
+    stats.over_window = count_over_window(chunks, embedder, skip=set(vectors))
     texts = chunks["embed_text"].to_list() if chunks.height else []
     # Batches of similar length waste less compute on padding.
     todo = sorted(
@@ -133,6 +136,20 @@ def embed_chunks(
     )
     column = pl.Series("vector", matrix.tolist(), dtype=pl.List(pl.Float32))
     return chunks.with_columns(column), stats
+
+
+def count_over_window(chunks: pl.DataFrame, embedder: Embedder, *, skip: set[str]) -> int:
+    """How many texts to embed exceed the embedder's input window (counted with the MiniLM
+    word-piece counter; only chunks whose text alone comes near the window are counted)."""
+    limit = embedder.max_input_tokens
+    if limit is None or chunks.height == 0:
+        return 0
+    from clef_pipelines.chunking import count_tokens_batch
+
+    near = chunks.filter((pl.col("tokens") > limit - 64) & ~pl.col("id").is_in(list(skip)))
+    if near.height == 0:
+        return 0
+    return sum(1 for n in count_tokens_batch(near["embed_text"].to_list()) if n > limit)
 
 
 @dataclass
