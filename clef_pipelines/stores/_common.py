@@ -334,3 +334,22 @@ def delete_filter(
     if isinstance(node, Const) and not node.value:
         return None
     return node
+
+
+def query_plan(
+    spec: CollectionSpec,
+    vector: Sequence[float],
+    where: Filter | None,
+    top_k: int,
+    include_quarantined: bool,
+) -> tuple[np.ndarray, Node] | None:
+    """The checked query vector and the full filter (quarantine included) of a query, or None
+    when it can return nothing (top_k 0, or a filter that matches nothing)."""
+    from clef_pipelines.stores.filters import Const, parse_filter, with_quarantine
+
+    q = check_query_vector(spec, vector)
+    check_top_k(top_k)
+    node = with_quarantine(parse_filter(where, spec.fields), spec.fields, include_quarantined)
+    if top_k == 0 or (isinstance(node, Const) and not node.value):
+        return None
+    return q, node

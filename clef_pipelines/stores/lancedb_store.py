@@ -30,14 +30,13 @@ import pyarrow as pa
 from clef_pipelines.stores._common import (
     check_collection_name,
     check_ids,
-    check_query_vector,
-    check_top_k,
     extras_from_json,
     extras_to_json,
     merge_specs,
     normalise_spec,
     output_record,
     prepare_records,
+    query_plan,
     require_delete_target,
     score,
     spec_from_json,
@@ -56,10 +55,8 @@ from clef_pipelines.stores.filters import (
     And,
     Const,
     In,
-    Node,
     parse_filter,
     to_lance,
-    with_quarantine,
 )
 
 _ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
@@ -433,13 +430,10 @@ class LanceDBStore(VectorStore):
         include_quarantined: bool = False,
     ) -> list[Hit]:
         spec = self.get_spec(collection)
-        q = check_query_vector(spec, vector)
-        check_top_k(top_k)
-        node: Node = with_quarantine(
-            parse_filter(where, spec.fields), spec.fields, include_quarantined
-        )
-        if top_k == 0 or (isinstance(node, Const) and not node.value):
+        plan = query_plan(spec, vector, where, top_k, include_quarantined)
+        if plan is None:
             return []
+        q, node = plan
         clause = to_lance(node)
         t = self._table(collection)
         indexed = self._has_vector_index(t)

@@ -27,14 +27,13 @@ import numpy as np
 from clef_pipelines.stores._common import (
     check_collection_name,
     check_ids,
-    check_query_vector,
-    check_top_k,
     delete_filter,
     extras_from_json,
     merge_specs,
     normalise_spec,
     output_record,
     prepare_records,
+    query_plan,
     score,
     spec_from_json,
     spec_to_json,
@@ -54,7 +53,6 @@ from clef_pipelines.stores.filters import (
     parse_filter,
     pg_params,
     to_pg,
-    with_quarantine,
 )
 
 META_TABLE = "_clef_collections"
@@ -423,13 +421,10 @@ class PgVectorStore(VectorStore):
         include_quarantined: bool = False,
     ) -> list[Hit]:
         spec = self.get_spec(collection)
-        q = check_query_vector(spec, vector)
-        check_top_k(top_k)
-        node: Node = with_quarantine(
-            parse_filter(where, spec.fields), spec.fields, include_quarantined
-        )
-        if top_k == 0 or (isinstance(node, Const) and not node.value):
+        plan = query_plan(spec, vector, where, top_k, include_quarantined)
+        if plan is None:
             return []
+        q, node = plan
         cols = self._cols(spec, None)
         rows = self._search(spec, cols, q, node, top_k, exact=False)
         if len(rows) < top_k and self._count(spec, node) > len(rows):

@@ -27,13 +27,12 @@ from clef_pipelines.stores._common import (
     BATCH,
     check_collection_name,
     check_ids,
-    check_query_vector,
-    check_top_k,
     delete_filter,
     merge_specs,
     normalise_spec,
     output_record,
     prepare_records,
+    query_plan,
     score,
     spec_from_json,
     spec_to_json,
@@ -49,10 +48,8 @@ from clef_pipelines.stores.base import (
 )
 from clef_pipelines.stores.filters import (
     Const,
-    Node,
     parse_filter,
     to_qdrant,
-    with_quarantine,
 )
 
 META_COLLECTION = "_clef_meta"
@@ -345,13 +342,10 @@ class QdrantStore(VectorStore):
         from qdrant_client import models as qm
 
         spec = self.get_spec(collection)
-        q = check_query_vector(spec, vector)
-        check_top_k(top_k)
-        node: Node = with_quarantine(
-            parse_filter(where, spec.fields), spec.fields, include_quarantined
-        )
-        if top_k == 0 or (isinstance(node, Const) and not node.value):
+        plan = query_plan(spec, vector, where, top_k, include_quarantined)
+        if plan is None:
             return []
+        q, node = plan
         flt = to_qdrant(node)
 
         def run(exact: bool) -> list[Any]:
