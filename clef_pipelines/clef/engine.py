@@ -272,22 +272,27 @@ class Engine:
 Runner = Callable[[list[SystemOneRequest]], Awaitable[list[dict[str, Any] | ClefError]]]
 
 
-class Batcher:
-    """Collects concurrent requests and hands them to `runner` in batches of up to
-    `max_batch`. While one batch runs, the next fills up: under load batches grow by
-    themselves; alone, a request waits at most `wait_ms` for company."""
+class _QueuedBatcher:
+    """What both batchers share: a queue of (request, future) drained by one loop task that
+    starts with the first request; `submit` waits for the request's answer (or error)."""
 
-    def __init__(self, runner: Runner, *, max_batch: int, wait_ms: float) -> None:
-        self._runner = runner
+    def __init__(self, *, max_batch: int, wait_ms: float) -> None:
         self.max_batch = max_batch
         self.wait_s = wait_ms / 1000.0
         self._queue: asyncio.Queue[tuple[SystemOneRequest, asyncio.Future[Any]]] | None = None
         self._task: asyncio.Task[None] | None = None
         self.batch_sizes: list[int] = []
 
+    def _on_start(self) -> None:
+        """Create loop-bound state before the loop task starts (subclasses)."""
+
+    async def _loop(self) -> None:
+        raise NotImplementedError
+
     def _ensure(self) -> asyncio.Queue[tuple[SystemOneRequest, asyncio.Future[Any]]]:
         if self._queue is None:
             self._queue = asyncio.Queue()
+            self._on_start()
             self._task = asyncio.get_running_loop().create_task(self._loop())
         return self._queue
 
@@ -298,6 +303,16 @@ class Batcher:
         if isinstance(result, BaseException):
             raise result
         return result
+
+
+class Batcher(_QueuedBatcher):
+    """Collects concurrent requests and hands them to `runner` in batches of up to
+    `max_batch`. While one batch runs, the next fills up: under load batches grow by
+    themselves; alone, a request waits at most `wait_ms` for company."""
+
+    def __init__(self, runner: Runner, *, max_batch: int, wait_ms: float) -> None:
+        super().__init__(max_batch=max_batch, wait_ms=wait_ms)
+        self._runner = runner
 
     async def _loop(self) -> None:
         assert self._queue is not None
@@ -407,7 +422,7 @@ class LocalRunner:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-class WorkerBatcher:
+class WorkerBatcher(_QueuedBatcher):
     """Collects concurrent requests into passes for a `LocalRunner` and keeps all of its
     workers busy: up to `max_batch` requests per pass, one pass per free worker, requests of
     similar length in the same pass (less padding). While passes run, the next requests wait
@@ -416,31 +431,15 @@ class WorkerBatcher:
     of the cores, never both at once (torch's thread count is process-wide)."""
 
     def __init__(self, runner: LocalRunner, *, max_batch: int, wait_ms: float) -> None:
+        super().__init__(max_batch=max_batch, wait_ms=wait_ms)
         self._runner = runner
-        self.max_batch = max_batch
-        self.wait_s = wait_ms / 1000.0
-        self._queue: asyncio.Queue[tuple[SystemOneRequest, asyncio.Future[Any]]] | None = None
-        self._task: asyncio.Task[None] | None = None
         self._passes: set[asyncio.Task[None]] = set()
         self._free: list[int] = []  # idle workers
         self._slot_freed: asyncio.Event | None = None
-        self.batch_sizes: list[int] = []
         self.solo_passes = 0
 
-    def _ensure(self) -> asyncio.Queue[tuple[SystemOneRequest, asyncio.Future[Any]]]:
-        if self._queue is None:
-            self._queue = asyncio.Queue()
-            self._slot_freed = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._loop())
-        return self._queue
-
-    async def submit(self, request: SystemOneRequest) -> dict[str, Any]:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        await self._ensure().put((request, fut))
-        result = await fut
-        if isinstance(result, BaseException):
-            raise result
-        return result
+    def _on_start(self) -> None:
+        self._slot_freed = asyncio.Event()
 
     async def _loop(self) -> None:
         assert self._queue is not None and self._slot_freed is not None
