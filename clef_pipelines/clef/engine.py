@@ -296,6 +296,25 @@ class _QueuedBatcher:
             self._task = asyncio.get_running_loop().create_task(self._loop())
         return self._queue
 
+    async def _fill(self, items: list[Any], cap: int) -> None:
+        """Add queued requests to `items` until `cap`, waiting at most `wait_s` for company."""
+        assert self._queue is not None
+        q = self._queue
+        deadline = time.monotonic() + self.wait_s
+        while len(items) < cap:
+            try:
+                items.append(q.get_nowait())
+                continue
+            except asyncio.QueueEmpty:
+                pass
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                items.append(await asyncio.wait_for(q.get(), left))
+            except TimeoutError:
+                break
+
     async def submit(self, request: SystemOneRequest) -> dict[str, Any]:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         await self._ensure().put((request, fut))
@@ -319,20 +338,7 @@ class Batcher(_QueuedBatcher):
         q = self._queue
         while True:
             items = [await q.get()]
-            deadline = time.monotonic() + self.wait_s
-            while len(items) < self.max_batch:
-                try:
-                    items.append(q.get_nowait())
-                    continue
-                except asyncio.QueueEmpty:
-                    pass
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    items.append(await asyncio.wait_for(q.get(), left))
-                except TimeoutError:
-                    break
+            await self._fill(items, self.max_batch)
             self.batch_sizes.append(len(items))
             try:
                 results: list[Any] = await self._runner([r for r, _ in items])
@@ -453,21 +459,7 @@ class WorkerBatcher(_QueuedBatcher):
             while not self._free:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
-            cap = self.max_batch * len(self._free)
-            deadline = time.monotonic() + self.wait_s
-            while len(items) < cap:
-                try:
-                    items.append(q.get_nowait())
-                    continue
-                except asyncio.QueueEmpty:
-                    pass
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    items.append(await asyncio.wait_for(q.get(), left))
-                except TimeoutError:
-                    break
+            await self._fill(items, self.max_batch * len(self._free))
             if len(self._free) == workers and len(items) == 1 and q.empty():
                 # Alone: all the cores, on worker 0, and every worker held until it ends.
                 self.solo_passes += 1
