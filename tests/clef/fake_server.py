@@ -7,6 +7,9 @@
         ...  # point a client at fake.base_url (self-hosted) or fake.workers_ai_base
 
 Each request pops the next scripted Reply; with the script empty it answers correctly.
+Answers can be scripted by question: `FakeServer(answerer=fn)` or `fake.answer_with(fn)`, where
+`fn(qid, question, state)` returns the answer for that question (a wire answer dict, or a bare
+float for a noul probability) or None for the default answer.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,11 +46,20 @@ class Reply:
     bad_sum: bool = False  # probabilities that do not sum to 1
 
 
-def answer_for(request: dict[str, Any]) -> dict[str, Any]:
-    """A deterministic, valid answer: choice favours the first option, score the top level."""
+Answerer = Callable[[str, dict[str, Any], Any], "dict[str, Any] | float | None"]
+
+
+def answer_for(request: dict[str, Any], answerer: Answerer | None = None) -> dict[str, Any]:
+    """A deterministic, valid answer: choice favours the first option, score the top level;
+    `answerer` overrides any question it returns an answer for."""
     answers: dict[str, Any] = {}
     for qid, q in request["questions"].items():
-        if q["type"] == "noul":
+        scripted = answerer(qid, q, request.get("state")) if answerer else None
+        if isinstance(scripted, int | float):
+            answers[qid] = {"type": "noul", "noul": round(float(scripted), 4)}
+        elif scripted is not None:
+            answers[qid] = scripted
+        elif q["type"] == "noul":
             answers[qid] = {"type": "noul", "noul": 0.7}
         elif q["type"] == "choice":
             opts = list(q["criteria"])
@@ -78,8 +91,11 @@ def answer_for(request: dict[str, Any]) -> dict[str, Any]:
 
 
 class FakeServer:
-    def __init__(self, *, token: str | None = None, account: str = "acct") -> None:
+    def __init__(
+        self, *, token: str | None = None, account: str = "acct", answerer: Answerer | None = None
+    ) -> None:
         self.token = token
+        self.answerer = answerer
         self.account = account
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -125,6 +141,10 @@ class FakeServer:
     def script(self, *replies: Reply) -> None:
         with self._lock:
             self._script.extend(replies)
+
+    def answer_with(self, answerer: Answerer | None) -> None:
+        """Script answers by question from now on (None: back to the default answers)."""
+        self.answerer = answerer
 
     def start(self) -> FakeServer:
         self._thread.start()
@@ -180,7 +200,7 @@ class FakeServer:
     def _answer(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         if reply.body is not None:
             return reply.body
-        ans = answer_for(body)
+        ans = answer_for(body, self.answerer)
         if reply.partial:
             ans["answers"].pop(list(ans["answers"])[-1])
         if reply.bad_sum:

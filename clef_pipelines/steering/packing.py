@@ -1,0 +1,239 @@
+"""Packed Clef requests: typed questions about many subjects (paragraphs, chunks, passages) in
+as few System One requests as the limits allow.
+
+Why packing: a stage that asks two questions about each of 1,000 paragraphs would otherwise
+send 1,000 requests, each repeating the instructions. Here one request carries up to 64
+questions about many subjects, and each subject's text is sent once per request.
+
+How a question names its subject. Upstream measured that referring to list items by position
+(`items[4]`) answers about the wrong item far more often than the alternatives, so a subject
+is never named by position:
+
+- ``layout="state_key"`` (default): the state is an object whose keys are short subject ids
+  (``s1``, ``s2`` ...) holding the texts, next to any shared ``context`` (e.g. the query); each
+  question refers to its subject by key in backticks. A text is sent once however many
+  questions are asked about it.
+- ``layout="inline"``: each question's instructions are a JSON object carrying the text itself
+  (``{"passage": ..., "question": ...}``); the state holds only the context. Costs the text
+  once per question; use it when a subject has a single question.
+
+Answers are mapped back by question id (``<subject id>.<ask name>``), never by order, so a
+server that answers in any order still lands each answer on its subject. Groups are planned
+against the client's token budget and the 64-question limit before anything is sent; a
+subject too large to fit any request fails alone with the reason. A group whose request still
+fails after the client's retries reports each of its subjects in ``failed``: nothing is
+skipped in silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from clef_pipelines.clef.client import ClefClient
+from clef_pipelines.clef.errors import ClefError
+from clef_pipelines.clef.tokens import PROMPT_OVERHEAD_TOKENS, question_tokens, state_tokens
+from clef_pipelines.clef.wire import MAX_QUESTIONS, ChoiceAnswer, NoulAnswer, ScoreAnswer
+
+Answer = NoulAnswer | ChoiceAnswer | ScoreAnswer
+Layout = Literal["state_key", "inline"]
+
+#: Key of the subject texts' prefix in the state; short keys keep the prompt small.
+_KEY_PREFIX = "s"
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A question asked about each subject. `instructions` speak of "the passage" (or
+    paragraph, chunk ...); packing adds which subject that is."""
+
+    name: str
+    type: Literal["noul", "choice", "score"]
+    instructions: str
+    criteria: Mapping[str, Any] | Sequence[Any] | None = None
+
+    def question(self, subject_ref: str | None, text: str | None) -> dict[str, Any]:
+        """The wire question about one subject: by state key, or with the text inline."""
+        if text is not None:
+            instructions: Any = {"passage": text, "question": self.instructions}
+        else:
+            instructions = f"About `{subject_ref}`: {self.instructions}"
+        q: dict[str, Any] = {"type": self.type, "instructions": instructions}
+        if self.criteria is not None:
+            q["criteria"] = (
+                dict(self.criteria) if isinstance(self.criteria, Mapping) else list(self.criteria)
+            )
+        return q
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One thing questions are asked about. `key` is the caller's id (a chunk id, a block
+    index ...) and is never sent; `asks` narrows which asks apply (None: all of them)."""
+
+    key: str
+    text: str
+    asks: tuple[str, ...] | None = None
+
+
+@dataclass
+class PackedResult:
+    """Answers per subject and ask; subjects whose request failed, with the reason."""
+
+    answers: dict[str, dict[str, Answer]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    requests: int = 0
+    input_tokens: int = 0
+
+    def noul(self, key: str, ask: str) -> float | None:
+        """P(true) of a noul ask about a subject, or None when it was not answered."""
+        a = self.answers.get(key, {}).get(ask)
+        return a.noul if isinstance(a, NoulAnswer) else None
+
+
+@dataclass
+class _Group:
+    subjects: list[tuple[str, Subject, list[Ask]]] = field(default_factory=list)
+    questions: int = 0
+    tokens: int = 0
+
+
+def _asks_for(subject: Subject, asks: Sequence[Ask]) -> list[Ask]:
+    if subject.asks is None:
+        return list(asks)
+    wanted = set(subject.asks)
+    unknown = wanted - {a.name for a in asks}
+    if unknown:
+        raise ValueError(f"subject {subject.key!r} names unknown asks: {sorted(unknown)}")
+    return [a for a in asks if a.name in wanted]
+
+
+def plan_groups(
+    client: ClefClient,
+    subjects: Sequence[Subject],
+    asks: Sequence[Ask],
+    *,
+    context: Mapping[str, Any] | None = None,
+    layout: Layout = "state_key",
+    max_subjects_per_request: int | None = None,
+) -> tuple[list[_Group], dict[str, str]]:
+    """Group subjects into requests that fit; subjects that fit nowhere are returned apart."""
+    counter = client.backend.counter
+    # A small margin: the client counts question headers by their place in the whole request.
+    room = (
+        client.context_tokens - PROMPT_OVERHEAD_TOKENS - state_tokens(counter, dict(context or {}))
+    )
+    budget = int(room * 0.97) - 8
+    names = {a.name for a in asks}
+    if len(names) != len(asks):
+        raise ValueError("ask names must be unique")
+    groups: list[_Group] = [_Group()]
+    too_large: dict[str, str] = {}
+    seen: set[str] = set()
+    for n, subject in enumerate(subjects, start=1):
+        if subject.key in seen:
+            raise ValueError(f"subject keys must be unique; repeated: {subject.key!r}")
+        seen.add(subject.key)
+        mine = _asks_for(subject, asks)
+        if not mine:
+            continue
+        ref = f"{_KEY_PREFIX}{n}"
+        if layout == "state_key":
+            # The text's share of the state: its key and value inside the state object.
+            cost = counter.count(f'"{ref}": ') + state_tokens(counter, subject.text)
+            inline = None
+        else:
+            cost = 0
+            inline = subject.text
+        for i, a in enumerate(mine, start=1):
+            cost += question_tokens(counter, f"{ref}.{a.name}", a.question(ref, inline), i)
+        if len(mine) > MAX_QUESTIONS or cost > budget:
+            too_large[subject.key] = (
+                f"{len(mine)} questions and {cost} tokens do not fit one request "
+                f"(at most {MAX_QUESTIONS} questions and {budget} tokens beside the context); "
+                "texts are never truncated: split the subject"
+            )
+            continue
+        g = groups[-1]
+        full = (
+            g.questions + len(mine) > MAX_QUESTIONS
+            or g.tokens + cost > budget
+            or (
+                max_subjects_per_request is not None and len(g.subjects) >= max_subjects_per_request
+            )
+        )
+        if g.subjects and full:
+            g = _Group()
+            groups.append(g)
+        g.subjects.append((ref, subject, mine))
+        g.questions += len(mine)
+        g.tokens += cost
+    return [g for g in groups if g.subjects], too_large
+
+
+def _request(
+    group: _Group, context: Mapping[str, Any] | None, layout: Layout
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[str, str]]]:
+    state: dict[str, Any] = dict(context or {})
+    questions: dict[str, Any] = {}
+    owners: dict[str, tuple[str, str]] = {}
+    for ref, subject, mine in group.subjects:
+        if layout == "state_key":
+            state[ref] = subject.text
+        for a in mine:
+            qid = f"{ref}.{a.name}"
+            questions[qid] = a.question(ref, subject.text if layout == "inline" else None)
+            owners[qid] = (subject.key, a.name)
+    return state, questions, owners
+
+
+async def ask_packed(
+    client: ClefClient,
+    subjects: Sequence[Subject],
+    asks: Sequence[Ask],
+    *,
+    context: Mapping[str, Any] | None = None,
+    layout: Layout = "state_key",
+    max_subjects_per_request: int | None = None,
+    use_cache: bool = True,
+) -> PackedResult:
+    """Ask every applicable ask about every subject, packed into as few requests as fit.
+
+    `context` goes into every request's state (e.g. ``{"query": ...}``) and may be referred to
+    from the ask instructions by key in backticks. Requests run concurrently; the client paces
+    them, retries what is retryable and caches answers.
+    """
+    if layout not in ("state_key", "inline"):
+        raise ValueError(f"layout must be 'state_key' or 'inline', not {layout!r}")
+    if context and any(str(k).startswith(_KEY_PREFIX) and str(k)[1:].isdigit() for k in context):
+        raise ValueError(f"context keys like '{_KEY_PREFIX}1' are reserved for subjects")
+    groups, too_large = plan_groups(
+        client,
+        subjects,
+        asks,
+        context=context,
+        layout=layout,
+        max_subjects_per_request=max_subjects_per_request,
+    )
+    result = PackedResult(failed=dict(too_large))
+
+    async def run(group: _Group) -> None:
+        state, questions, owners = _request(group, context, layout)
+        try:
+            response = await client.ask(state, questions, use_cache=use_cache)
+        except ClefError as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            for _, subject, _ in group.subjects:
+                result.failed[subject.key] = reason
+            return
+        result.requests += 1
+        result.input_tokens += response.usage.input_tokens
+        for qid, answer in response.answers.items():
+            owner = owners.get(qid)
+            if owner is not None:
+                result.answers.setdefault(owner[0], {})[owner[1]] = answer
+
+    await asyncio.gather(*(run(g) for g in groups))
+    return result
