@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from clef_pipelines._strict import StrictModel
 from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.stores.config import StoreConfig
 
 CONFIG_ENV = "CLEF_PIPELINES_CONFIG"
@@ -106,6 +107,7 @@ class Settings(StrictModel):
     embedder: EmbedderConfig = EmbedderConfig()
     store: StoreConfig = StoreConfig()
     clef: ClefConfig = ClefConfig()
+    retrieval: RetrievalConfig = RetrievalConfig()
     refresh_cron: str = Field("0 3 * * *", description="Schedule that refreshes every source.")
     sync_batch_rows: int = Field(512, ge=1, description="Records per store upsert call.")
 

@@ -1,4 +1,5 @@
-"""`init`, `ingest`, `query`, `inspect`, `delete`, `ui`: the ingestion and query commands."""
+"""`init`, `ingest`, `inspect`, `delete`, `ui`: the ingestion commands (`query` is in
+query_cmds)."""
 
 from __future__ import annotations
 
@@ -255,51 +256,6 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
                 console.print(f"[red]failed documents ({asset}):[/]\n{md}")
         if r.error:
             console.print(f"[red]error:[/] {r.error}")
-
-
-@app.command()
-def query(
-    texts: Annotated[list[str], typer.Argument(help="One or more questions.")],
-    collection: Annotated[str | None, typer.Option(help="Collection to search.")] = None,
-    top_k: Annotated[int, typer.Option("--top-k", min=1, max=1000)] = 5,
-    where: Annotated[
-        str | None, typer.Option(help='Filter as JSON, e.g. {"source": "docs"}.')
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print passages as JSON.")] = False,
-    config: ConfigOption = None,
-) -> None:
-    """Vector recall: the passages nearest to each question, with citations."""
-    from clef_pipelines.retrieval.recall import recall_with_settings
-    from clef_pipelines.stores import StoreError
-
-    settings = load_cli_settings(config)
-    flt = None
-    if where:
-        try:
-            flt = json.loads(where)
-        except json.JSONDecodeError as exc:
-            fail(f"--where is not valid JSON: {exc}")
-        if not isinstance(flt, dict):
-            fail("--where must be a JSON object")
-    try:
-        results = recall_with_settings(
-            settings, texts, collection=collection, top_k=top_k, where=flt
-        )
-    except (StoreError, ValueError) as exc:
-        fail(str(exc))
-    if as_json:
-        out: Any = [[p.as_dict() for p in passages] for passages in results]
-        print(json.dumps(out[0] if len(texts) == 1 else out, indent=2, default=str))
-        return
-    for text, passages in zip(texts, results, strict=True):
-        if len(texts) > 1:
-            console.print(f"\n[bold]Q: {text}[/]")
-        if not passages:
-            console.print("no passages found")
-        for p in passages:
-            console.print(f"[bold][{p.rank}][/] {p.score:.3f}  [cyan]{p.citation}[/]")
-            body = " ".join(p.text.split())
-            console.print(f"    {body[:500]}{'...' if len(body) > 500 else ''}")
 
 
 @app.command()

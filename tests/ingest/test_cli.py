@@ -59,9 +59,13 @@ def test_cli_round_trip(workspace: Workspace) -> None:
         app, ["query", "how do I rotate an access token", "--config", cfg, "--json", "--top-k", "3"]
     )
     assert q.exit_code == 0, q.output
-    passages = json.loads(q.output)
+    (answer,) = json.loads(q.output)
+    assert answer["query"] == "how do I rotate an access token"
+    assert answer["degraded"]  # no Clef configured: vector order, said so
+    passages = answer["passages"]
     assert len(passages) == 3
-    assert passages[0]["score"] >= passages[1]["score"] >= passages[2]["score"]
+    assert [p["n"] for p in passages] == [1, 2, 3]
+    assert passages[0]["vector_score"] >= passages[1]["vector_score"] >= passages[2]["vector_score"]
     assert all(p["citation"] and p["source_uri"] for p in passages)
 
     first_doc = passages[0]["doc_id"]
@@ -70,7 +74,8 @@ def test_cli_round_trip(workspace: Workspace) -> None:
         ["query", "token", "--config", cfg, "--json", "--where", json.dumps({"doc_id": first_doc})],
     )
     assert filtered.exit_code == 0, filtered.output
-    assert {p["doc_id"] for p in json.loads(filtered.output)} == {first_doc}
+    (only,) = json.loads(filtered.output)
+    assert {p["doc_id"] for p in only["passages"]} == {first_doc}
 
     human = runner.invoke(app, ["query", "token", "--config", cfg])
     assert human.exit_code == 0 and "[1]" in human.output

@@ -1,0 +1,96 @@
+"""`compact(query, passages, token_budget=...)`: compaction on its own, without a store.
+
+What clef-compactor does, and more: every passage is asked whether it is relevant, holds
+answer evidence, contradicts the query's premise, and whether it carries instructions aimed at
+an AI (passages of unknown provenance were never screened), several passages per request.
+Then injections and irrelevant passages are dropped, duplicates removed, conflicts set apart,
+and the token budget is filled with the best passages. Text is never rewritten; every dropped
+passage says why; `result.tokens` reports tokens before and after and the saved fraction,
+and the trace the Clef requests, tokens and cost.
+
+    from clef_pipelines.retrieval import compact
+    result = compact("How do refunds work?", ["passage one ...", {"text": ..., "id": ...}],
+                     token_budget=1500)
+    result.to_prompt(); result.to_dict()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from clef_pipelines.clef.client import ClefClient
+from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.retrieval.config import RetrievalConfig
+from clef_pipelines.retrieval.result import RetrievalResult
+from clef_pipelines.retrieval.steer import steer
+from clef_pipelines.steering.candidates import as_candidates
+
+
+def compaction_config(
+    base: RetrievalConfig | None = None,
+    *,
+    token_budget: int | None = None,
+    max_passages: int | None = None,
+    gate: bool = False,
+) -> RetrievalConfig:
+    """Compaction's defaults: drop irrelevant passages, no cap on count but the budget."""
+    cfg = (base or RetrievalConfig()).model_copy(deep=True)
+    cfg.select.drop_irrelevant = True
+    cfg.select.max_passages = max_passages or 200
+    if token_budget is not None:
+        cfg.compact.token_budget = token_budget
+    if not gate:
+        cfg.gate.mode = "off"
+    return cfg
+
+
+async def acompact(
+    query: str,
+    passages: Sequence[Any],
+    *,
+    token_budget: int | None = None,
+    max_passages: int | None = None,
+    gate: bool = False,
+    config: RetrievalConfig | None = None,
+    client: ClefClient | None = None,
+    clef: ClefConfig | None = None,
+    data_dir: str | None = None,
+) -> RetrievalResult:
+    """Compact `passages` (strings, dicts with `text`, or Candidates) for `query`.
+
+    `client`: a shared Clef client (recommended in services); else one is made from `clef`
+    (default: `auto`) and closed afterwards. `gate=True` also asks the answer gate.
+    """
+    from clef_pipelines.chunking.tokens import count_tokens
+
+    if not query.strip():
+        raise ValueError("the query is empty")
+    started = time.perf_counter()
+    cfg = compaction_config(config, token_budget=token_budget, max_passages=max_passages, gate=gate)
+    candidates = as_candidates(passages, count_tokens)
+    result = RetrievalResult(query=query)
+    own = client is None
+    if client is None:
+        client = ClefClient(clef or ClefConfig(), data_dir=data_dir)
+    try:
+        ask_instructs_ai = cfg.classify.instructs_ai != "never"
+        await steer(
+            result, candidates, cfg, client, ask_instructs_ai=ask_instructs_ai, run_gate=gate
+        )
+    finally:
+        if own:
+            await client.aclose()
+    result.total_ms = (time.perf_counter() - started) * 1e3
+    return result
+
+
+def compact(query: str, passages: Sequence[Any], **kw: Any) -> RetrievalResult:
+    """The sync twin of `acompact` (same arguments); not from inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(acompact(query, passages, **kw))
+    raise RuntimeError("compact() was called inside an event loop: await acompact() instead")

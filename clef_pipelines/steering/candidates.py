@@ -1,0 +1,141 @@
+"""The passage every query-time stage works on: recalled from a store, or handed to `compact`.
+
+Stages write into a candidate (Clef probabilities in `scores`, a `reason` when dropped) and
+never touch its text: what an LLM finally sees is the stored text, verbatim, with a citation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Why a passage was left out. `unscored` never drops: a failed Clef call keeps vector order.
+DROP_REASONS = (
+    "instructs_ai",  # Clef: instructions addressed to an AI assistant, not information
+    "irrelevant",  # Clef: does not address the query
+    "no_evidence",  # threshold strategy: relevant but holds nothing usable in an answer
+    "duplicate",  # the same text as a passage already kept
+    "over_max_passages",  # ranked below the `max_passages` best
+    "over_budget",  # did not fit the token budget
+)
+
+#: Payload fields that are not worth carrying into a result (big, or internal).
+_HIDDEN_FIELDS = ("vector", "embed_text", "text")
+
+
+@dataclass
+class Candidate:
+    """A passage with what a reader needs to cite it and what the stages decided about it."""
+
+    id: str
+    text: str
+    vector_score: float = 0.0
+    rank: int = 0  # 1-based place in recall (vector) order
+    record: dict[str, Any] = field(default_factory=dict)
+    tokens: int = 0
+    scores: dict[str, float] = field(default_factory=dict)
+    conflict: bool = False
+    reason: str | None = None
+    expanded_from: str | None = None
+
+    @property
+    def title(self) -> str:
+        return str(self.record.get("title") or "")
+
+    @property
+    def section_path(self) -> str:
+        return str(self.record.get("section_path") or "")
+
+    @property
+    def doc_id(self) -> str:
+        return str(self.record.get("doc_id") or "")
+
+    @property
+    def source_uri(self) -> str:
+        return str(self.record.get("source_uri") or "")
+
+    @property
+    def citation(self) -> str:
+        """Title and section path, then where in the source: `Guide > Auth (file.md:10-90)`."""
+        path = self.section_path
+        # A Markdown H1 is usually the title itself: do not say it twice.
+        if self.title and not (path == self.title or path.startswith(self.title + " > ")):
+            path = f"{self.title} > {path}" if path else self.title
+        start, end = self.record.get("char_start"), self.record.get("char_end")
+        where = self.source_uri
+        if where and start is not None and end is not None and int(start) >= 0:
+            where = f"{where}:{start}-{end}"
+        if not where:
+            return path or self.id
+        return f"{path} ({where})" if path else where
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the text, the citation, every score; no vectors."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "text": self.text,
+            "citation": self.citation,
+            "doc_id": self.doc_id,
+            "title": self.title,
+            "section_path": self.section_path,
+            "source_uri": self.source_uri,
+            "char_start": self.record.get("char_start"),
+            "char_end": self.record.get("char_end"),
+            "rank": self.rank,
+            "vector_score": round(self.vector_score, 6),
+            "tokens": self.tokens,
+            "scores": {k: round(v, 4) for k, v in self.scores.items()},
+        }
+        if self.conflict:
+            out["conflict"] = True
+        if self.reason:
+            out["reason"] = self.reason
+        if self.expanded_from:
+            out["expanded_from"] = self.expanded_from
+        meta = {
+            k: v
+            for k, v in self.record.items()
+            if k not in _HIDDEN_FIELDS and k not in out and not isinstance(v, list | tuple)
+        }
+        out["metadata"] = meta
+        return out
+
+
+def normalised_text(text: str) -> str:
+    """Text compared for duplicates: case and blank space do not make a passage new."""
+    return " ".join(text.split()).casefold()
+
+
+def as_candidates(items: Any, count_tokens: Any) -> list[Candidate]:
+    """Candidates from what a caller of `compact` hands in: strings, dicts with `text` (and
+    optional `id`, `score`, `citation`/`source_uri`, metadata), or Candidates."""
+    out: list[Candidate] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items, start=1):
+        if isinstance(item, Candidate):
+            c = item
+        elif isinstance(item, str):
+            c = Candidate(id=str(i), text=item, rank=i)
+        elif isinstance(item, dict):
+            if not isinstance(item.get("text"), str):
+                raise ValueError(f"passage {i}: a dict passage needs a string 'text'")
+            record = {k: v for k, v in item.items() if k not in ("text", "score", "id")}
+            if "citation" in record and "source_uri" not in record:
+                record["source_uri"] = record.pop("citation")
+            score = item.get("score", item.get("vector_score", 0.0))
+            c = Candidate(
+                id=str(item.get("id", i)),
+                text=item["text"],
+                vector_score=float(score or 0.0),
+                rank=i,
+                record=record,
+            )
+        else:
+            raise ValueError(f"passage {i}: expected a string or a dict, not {type(item).__name__}")
+        if c.id in seen:
+            raise ValueError(f"passage ids must be unique; repeated: {c.id!r}")
+        seen.add(c.id)
+        if not c.tokens:
+            c.tokens = int(c.record.get("tokens") or 0) or count_tokens(c.text)
+        out.append(c)
+    return out

@@ -1,0 +1,65 @@
+"""`query -v`, `query --json` and `ask` on the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from typer.testing import CliRunner
+
+from clef_pipelines.cli.main import app
+from tests.clef.fake_server import FakeServer
+from tests.retrieval.conftest import CONFLICT, PLANTED, QUERY, judge
+
+runner = CliRunner()
+
+
+def write_config(tmp_path: Path, col: Any, **extra: Any) -> str:
+    s = col.settings
+    raw = {
+        "data_dir": s.data_dir,
+        "collection": col.name,
+        "embedder": {"kind": "hash", "dimension": 64},
+        "store": {"kind": "memory"},
+        "clef": s.clef.model_dump(exclude_none=True),
+        **extra,
+    }
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def test_query_verbose_and_json(fake: FakeServer, collection_factory: Any, tmp_path: Path) -> None:
+    fake.answer_with(judge())
+    col = collection_factory(fake)
+    cfg = write_config(tmp_path, col)
+    human = runner.invoke(app, ["query", QUERY, "-v", "-c", cfg])
+    assert human.exit_code == 0, human.output
+    assert "dropped" in human.output and "instructs_ai" in human.output
+    assert "conflict" in human.output and "trace:" in human.output
+    out = runner.invoke(
+        app, ["query", QUERY, "other question about bandwidth", "--json", "-c", cfg]
+    )
+    assert out.exit_code == 0, out.output
+    results = json.loads(out.output)
+    assert [r["query"] for r in results] == [QUERY, "other question about bandwidth"]
+    first = results[0]
+    assert PLANTED not in [p["text"] for p in first["passages"]]
+    assert [c["text"] for c in first["conflicts"]] == [CONFLICT]
+    assert first["trace"]["clef_requests"] <= 4
+
+
+def test_ask_abstains_without_llm(
+    fake: FakeServer, collection_factory: Any, tmp_path: Path
+) -> None:
+    fake.answer_with(judge(gate_p=0.05))
+    col = collection_factory(fake)
+    # No model configured: an abstention must not even need one.
+    cfg = write_config(tmp_path, col)
+    out = runner.invoke(app, ["ask", QUERY, "-c", cfg])
+    assert out.exit_code == 0, out.output
+    assert "Not in the documents." in out.output and "no LLM was called" in out.output
+    bad = runner.invoke(app, ["query", QUERY, "--where", "[1]", "-c", cfg])
+    assert bad.exit_code == 2 and "JSON object" in bad.output

@@ -1,0 +1,69 @@
+"""`compact()` on its own (no store) and `clef-pipelines compact`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from typer.testing import CliRunner
+
+from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.cli.main import app
+from clef_pipelines.retrieval import compact
+from tests.clef.fake_server import FakeServer
+from tests.retrieval.conftest import CONFLICT, PASSAGES, PLANTED, QUERY, judge
+
+runner = CliRunner()
+
+
+def clef_for(fake: FakeServer) -> ClefConfig:
+    return ClefConfig(
+        backend="self-hosted", base_url=fake.base_url, api_key_env="CLEF_TEST_KEY", cache=False
+    )
+
+
+def test_compact_drops_with_reasons_and_fills_budget(fake: FakeServer, monkeypatch: Any) -> None:
+    monkeypatch.setenv("CLEF_TEST_KEY", "test-key")
+    fake.answer_with(judge())
+    items = [{"id": f"d{i}", "text": t, "source_uri": f"doc{i}.md"} for i, t in enumerate(PASSAGES)]
+    res = compact(QUERY, items, token_budget=45, clef=clef_for(fake))
+    reasons = {c.id: c.reason for c in res.dropped}
+    assert reasons["d1"] == "instructs_ai"  # unknown provenance: always asked
+    assert reasons["d5"] == "irrelevant"  # billing
+    assert "over_budget" in reasons.values()
+    kept = [*res.passages, *res.conflicts]
+    assert sum(c.tokens for c in kept) <= 45
+    assert res.passages[0].id == "d0" and res.passages[0].text == PASSAGES[0]  # verbatim
+    assert res.tokens.before > res.tokens.after > 0
+    assert res.tokens.saved_fraction == round(1 - res.tokens.after / res.tokens.before, 4)
+    assert res.clef_requests == 1 and len(fake.requests) == 1  # 40 questions, one request
+    assert PLANTED not in res.to_prompt()
+    d = res.to_dict()
+    assert d["tokens"]["budget"] == 45 and d["trace"]["clef_requests"] == 1
+
+
+def test_compact_cli(fake: FakeServer, tmp_path: Any, monkeypatch: Any) -> None:
+    monkeypatch.setenv("CLEF_TEST_KEY", "test-key")
+    monkeypatch.chdir(tmp_path)
+    fake.answer_with(judge())
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "clef:\n  backend: self-hosted\n"
+        f"  base_url: {fake.base_url}\n  api_key_env: CLEF_TEST_KEY\n  cache: false\n"
+    )
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in PASSAGES))
+    out = runner.invoke(
+        app, ["compact", "-q", QUERY, "-i", "p.jsonl", "--budget", "200", "--json", "-c", str(cfg)]
+    )
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.output)
+    assert d["query"] == QUERY
+    assert CONFLICT in [c["text"] for c in d["conflicts"]]
+    assert {x["reason"] for x in d["dropped"]} >= {"instructs_ai", "irrelevant"}
+    human = runner.invoke(
+        app, ["compact", "-q", QUERY, "-d", PASSAGES[0], "-d", PLANTED, "-c", str(cfg)]
+    )
+    assert human.exit_code == 0, human.output
+    assert "instructs_ai" in human.output
+    empty = runner.invoke(app, ["compact", "-q", QUERY, "-c", str(cfg)])
+    assert empty.exit_code == 2 and "no passages" in empty.output
