@@ -30,6 +30,12 @@ source_partitions = dg.DynamicPartitionsDefinition(name="sources")
 _COMMON = {"partitions_def": source_partitions, "group_name": GROUP, "io_manager_key": "parquet_io"}
 
 
+def _metadata_value(value: object) -> int | float | str:
+    if value is None:
+        return "none (exact search)"
+    return value if isinstance(value, int | float | str) else str(value)
+
+
 def _failures_md(frame: pl.DataFrame, limit: int = 50) -> dg.MetadataValue:
     if frame.height == 0:
         return dg.MetadataValue.md("none")
@@ -296,6 +302,41 @@ def store_sync(
     )
 
 
+@dg.asset(
+    partitions_def=source_partitions,
+    group_name=GROUP,
+    kinds={"python"},
+    deps=[store_sync],
+    description=(
+        "The ANN index of the source's collection, built or refreshed after the sync (LanceDB "
+        "IVF/HNSW, pgvector HNSW, Qdrant's own HNSW), incrementally where the store can. Kept "
+        "off the sync so a large load is not held up; until it runs queries search exactly."
+    ),
+)
+def vector_indexes(
+    context: dg.AssetExecutionContext,
+    pipeline_settings: PipelineSettings,
+    vector_store: VectorStoreResource,
+) -> dg.MaterializeResult:
+    started = time.perf_counter()
+    settings = pipeline_settings.settings
+    collection = settings.collection_of(settings.source(context.partition_key))
+    store = vector_store.get()
+    if not store.has_collection(collection):
+        return dg.MaterializeResult(
+            metadata={"collection": collection, "vector_index": "no collection yet"}
+        )
+    done = store.build_indexes(collection)
+    return dg.MaterializeResult(
+        metadata={
+            "store": store.kind,
+            "collection": collection,
+            **{k: _metadata_value(v) for k, v in done.items()},
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+    )
+
+
 ingestion_assets = [
     source_documents,
     parsed_blocks,
@@ -304,4 +345,5 @@ ingestion_assets = [
     enrichments,
     embeddings,
     store_sync,
+    vector_indexes,
 ]

@@ -132,8 +132,23 @@ class VectorStore(ABC):
         """Remove the collection and its manifest; a missing collection is not an error."""
 
     def maintain(self, collection: str) -> dict[str, Any]:
-        """Housekeeping after a sync (index build, compaction); returns what was done."""
+        """Cheap housekeeping after a sync (compaction, statistics); returns what was done.
+        ANN indexes are not built here: see `build_indexes`."""
         return {}
+
+    def build_indexes(self, collection: str) -> dict[str, Any]:
+        """Build or refresh the collection's ANN index, incrementally where the engine can.
+
+        Called by its own ingestion step after the data is synced, never inside a write, so a
+        large load is not held up by it; until it runs, queries search exactly (correct, only
+        slower). Returns what was done and the `index_status` afterwards."""
+        return {"vector_index": "none (exact search)", **self.index_status(collection)}
+
+    def index_status(self, collection: str) -> dict[str, Any]:
+        """``rows``, ``ann_index`` (None when queries search exactly), ``indexed_rows`` and
+        ``unindexed_rows`` (rows a query reaches only by exact search)."""
+        rows = self.count(collection)
+        return {"rows": rows, "ann_index": None, "indexed_rows": 0, "unindexed_rows": rows}
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -16,7 +16,9 @@ class LanceDBConfig(StrictModel):
         None, description="Folder of the database; default <data_dir>/lancedb."
     )
     index_threshold: int = Field(
-        50_000, ge=1, description="Build an ANN index once a collection holds this many rows."
+        50_000,
+        ge=1,
+        description="The index step builds an ANN index once a collection holds this many rows.",
     )
     index_type: Literal["IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT"] = Field(
         "IVF_HNSW_SQ", description="ANN index built at the threshold."
@@ -50,6 +52,10 @@ class QdrantConfig(StrictModel):
     )
     batch_size: int = Field(1000, ge=1, description="Points per upsert request.")
     timeout_s: int = Field(60, ge=1, description="Request timeout against a server.")
+    hnsw_m: int = Field(
+        16, ge=2, description="HNSW degree the index step switches on (server only)."
+    )
+    hnsw_ef_construct: int = Field(100, ge=4, description="HNSW build candidate list size.")
 
 
 class PgVectorConfig(StrictModel):
@@ -62,6 +68,9 @@ class PgVectorConfig(StrictModel):
     hnsw_m: int = Field(16, ge=2, description="HNSW graph degree (index build parameter).")
     hnsw_ef_construction: int = Field(64, ge=4, description="HNSW build candidate list size.")
     ef_search: int = Field(100, ge=1, description="HNSW search candidate list size (>= top_k).")
+    maintenance_work_mem: str = Field(
+        "512MB", description="PostgreSQL memory for the one HNSW build after a load."
+    )
 
 
 class StoreConfig(StrictModel):

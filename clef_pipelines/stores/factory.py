@@ -64,7 +64,12 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
                         f"store.qdrant.api_key_env names {q.api_key_env!r}, which is not set"
                     )
             return QdrantStore(
-                url=q.url, api_key=api_key, batch_size=q.batch_size, timeout=q.timeout_s
+                url=q.url,
+                api_key=api_key,
+                batch_size=q.batch_size,
+                timeout=q.timeout_s,
+                hnsw_m=q.hnsw_m,
+                hnsw_ef_construct=q.hnsw_ef_construct,
             )
         path = ":memory:" if q.path == ":memory:" else str(_under(data_dir, q.path, "qdrant"))
         return QdrantStore(path=path, batch_size=q.batch_size)
@@ -89,6 +94,7 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             hnsw_m=p.hnsw_m,
             hnsw_ef_construction=p.hnsw_ef_construction,
             ef_search=p.ef_search,
+            maintenance_work_mem=p.maintenance_work_mem,
         )
     if kind == "memory":
         return _process_memory_store()

@@ -3,14 +3,17 @@
 - One table per collection: ``id`` (string), ``vector`` (fixed-size list of float32), one typed
   column per declared field, ``_extra`` (JSON of undeclared scalar fields).
 - Upserts are ``merge_insert("id")`` (update all / insert all).
-- Scalar indexes (BTREE; BITMAP for bools) on ``id`` and the filter fields; an ANN index
-  (IVF_HNSW_SQ by default) once a collection holds ``index_threshold`` rows. Searches are
-  prefiltered; with an ANN index they refine with exact distances, and fall back to exact
-  search when the index returns fewer than k rows that a filter admits.
+- Scalar indexes (BTREE; BITMAP for bools) on ``id`` and the filter fields. The ANN index
+  (IVF_HNSW_SQ by default) is built by `build_indexes` (its own ingestion step, after the
+  sync), never inside a write: once a collection holds ``index_threshold`` rows it is trained,
+  later calls fold new rows into it (``optimize``), and it is retrained when the table has
+  doubled since. Rows not yet in the index are searched exactly by LanceDB alongside the
+  index, so queries stay correct while it is stale. Searches are prefiltered; with an ANN
+  index they refine with exact distances, and fall back to exact search when the index
+  returns fewer than k rows that a filter admits.
 - Every ``optimize_every`` writes (and in `maintain`) the table is compacted, its indexes
   updated and versions older than ``cleanup_older_than_s`` removed (``optimize(
-  cleanup_older_than=...)``), so the disk does not grow without bound. The ANN index is
-  rebuilt when the table has doubled since it was trained.
+  cleanup_older_than=...)``), so the disk does not grow without bound.
 - Spec and manifest live in ``<path>/_clef_meta/<collection>.json``.
 """
 
@@ -271,7 +274,6 @@ class LanceDBStore(VectorStore):
     def _after_write(self, spec: CollectionSpec) -> None:
         name = spec.name
         self._writes[name] = self._writes.get(name, 0) + 1
-        self._index_if_due(spec)
         if self._writes[name] == 1:
             self._ensure_scalar_indexes(spec)
         if self.optimize_every and self._writes[name] % self.optimize_every == 0:
@@ -346,15 +348,53 @@ class LanceDBStore(VectorStore):
             made = self._ensure_scalar_indexes(spec)
             if made:
                 done["scalar_indexes"] = made
-            built = self._index_if_due(spec)
-            if built:
-                done["vector_index"] = built
             before = t.version
             self._optimize(collection)
             done["optimized"] = True
             done["versions_before"] = before
             done["versions_kept"] = len(t.list_versions())
         return done
+
+    def build_indexes(self, collection: str) -> dict[str, Any]:
+        spec = self.get_spec(collection)
+        done: dict[str, Any] = {}
+        with self._lock:
+            t = self._table(collection)
+            made = self._ensure_scalar_indexes(spec)
+            if made:
+                done["scalar_indexes"] = made
+            had_index = self._has_vector_index(t)
+            built = self._index_if_due(spec)
+            if built:
+                done["vector_index"] = f"{built} {'retrained' if had_index else 'built'}"
+            elif had_index and self.index_status(collection)["unindexed_rows"] == 0:
+                done["vector_index"] = "up to date"
+            elif had_index:
+                # Incremental: new rows are indexed as a delta, without retraining.
+                self._optimize(collection)
+                done["vector_index"] = "updated"
+            else:
+                done["vector_index"] = (
+                    f"none below {self.index_threshold} rows (queries search exactly)"
+                )
+        done.update(self.index_status(collection))
+        return done
+
+    def index_status(self, collection: str) -> dict[str, Any]:
+        self.get_spec(collection)
+        t = self._table(collection)
+        rows = int(t.count_rows())
+        ann = next((ix for ix in t.list_indices() if "vector" in ix.columns), None)
+        if ann is None:
+            return {"rows": rows, "ann_index": None, "indexed_rows": 0, "unindexed_rows": rows}
+        stats = t.index_stats(ann.name)
+        unindexed = int(getattr(stats, "num_unindexed_rows", 0) or 0)
+        return {
+            "rows": rows,
+            "ann_index": str(getattr(stats, "index_type", self.index_type)),
+            "indexed_rows": int(getattr(stats, "num_indexed_rows", 0) or 0),
+            "unindexed_rows": unindexed,
+        }
 
     # ------------------------------------------------------------------ reads
 

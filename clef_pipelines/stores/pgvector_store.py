@@ -3,13 +3,18 @@
 - One table per collection in the configured schema: ``id text primary key``, ``_vec
   vector(dim)``, one typed column per declared field, ``_extra jsonb`` (undeclared scalars).
 - An HNSW index with the metric's operator class (``vector_cosine_ops`` / ``vector_l2_ops`` /
-  ``vector_ip_ops``) and B-tree indexes on the filter fields.
+  ``vector_ip_ops``), built by `build_indexes` (its own ingestion step) after the data is
+  loaded: building once over a loaded table is far cheaper than growing the graph row by row
+  during a large first load. Once it exists PostgreSQL keeps it current on every insert
+  (incremental). Without it queries are exact sequential scans. B-tree indexes on the filter
+  fields are created with the table.
 - Queries run with ``hnsw.iterative_scan = relaxed_order`` so a selective filter still yields
   k rows; results are re-sorted exactly, and if the index still returns fewer than k rows that
   the filter admits, the query is repeated without the index (exact).
 - Filters are compiled to ``psycopg.sql`` with ``%s`` parameters: values are never formatted
   into SQL. Identifiers go through ``sql.Identifier``.
-- Upserts stage rows with binary COPY, then ``INSERT .. ON CONFLICT (id) DO UPDATE``.
+- Upserts into an empty table (a first load) are a binary COPY straight into the table; later
+  upserts stage rows with binary COPY, then ``INSERT .. ON CONFLICT (id) DO UPDATE``.
 - Spec and manifest live in ``<schema>._clef_collections``.
 """
 
@@ -87,6 +92,7 @@ class PgVectorStore(VectorStore):
         hnsw_m: int = 16,
         hnsw_ef_construction: int = 64,
         ef_search: int = 100,
+        maintenance_work_mem: str = "512MB",
     ) -> None:
         import psycopg
         from pgvector.psycopg import register_vector
@@ -99,6 +105,7 @@ class PgVectorStore(VectorStore):
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construction = hnsw_ef_construction
         self.ef_search = ef_search
+        self.maintenance_work_mem = maintenance_work_mem
         self._lock = threading.RLock()
         from psycopg import sql
 
@@ -213,19 +220,6 @@ class PgVectorStore(VectorStore):
             cur.execute(
                 sql.SQL("CREATE TABLE {} ({})").format(self._t(spec.name), sql.SQL(", ").join(cols))
             )
-            if spec.dimension <= _HNSW_MAX_DIM:
-                cur.execute(
-                    sql.SQL(
-                        "CREATE INDEX {} ON {} USING hnsw ({} {}) WITH (m = {}, ef_construction = {})"
-                    ).format(
-                        sql.Identifier(_ix(spec.name, _VEC)),
-                        self._t(spec.name),
-                        sql.Identifier(_VEC),
-                        sql.SQL(_OPS[spec.metric][1]),
-                        sql.Literal(self.hnsw_m),
-                        sql.Literal(self.hnsw_ef_construction),
-                    )
-                )
             for ddl in self._index_ddl(spec, spec.filter_fields):
                 cur.execute(ddl)
             cur.execute(
@@ -275,13 +269,20 @@ class PgVectorStore(VectorStore):
         )
         types = ["text", "vector", *[_PG_TYPES[spec.fields[f]] for f in fields], "jsonb"]
         with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
-            cur.execute(
-                sql.SQL(
-                    "CREATE TEMP TABLE _clef_stage (LIKE {} INCLUDING DEFAULTS) ON COMMIT DROP"
-                ).format(self._t(collection))
-            )
+            cur.execute(sql.SQL("SELECT NOT EXISTS (SELECT 1 FROM {})").format(self._t(collection)))
+            row = cur.fetchone()
+            # Bulk path: nothing to conflict with (ids in a batch are unique), so rows are
+            # copied straight into the table.
+            direct = bool(row and row[0])
+            if not direct:
+                cur.execute(
+                    sql.SQL(
+                        "CREATE TEMP TABLE _clef_stage (LIKE {} INCLUDING DEFAULTS) ON COMMIT DROP"
+                    ).format(self._t(collection))
+                )
+            target = self._t(collection) if direct else sql.Identifier("_clef_stage")
             with cur.copy(
-                sql.SQL("COPY _clef_stage ({}) FROM STDIN (FORMAT BINARY)").format(cols)
+                sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(target, cols)
             ) as copy:
                 copy.set_types(types)
                 for i, rid in enumerate(prep.ids):
@@ -295,12 +296,13 @@ class PgVectorStore(VectorStore):
                             Jsonb(extra) if extra else None,
                         ]
                     )
-            cur.execute(
-                sql.SQL(
-                    "INSERT INTO {t} ({cols}) SELECT {cols} FROM _clef_stage "
-                    "ON CONFLICT (id) DO UPDATE SET {updates}"
-                ).format(t=self._t(collection), cols=cols, updates=updates)
-            )
+            if not direct:
+                cur.execute(
+                    sql.SQL(
+                        "INSERT INTO {t} ({cols}) SELECT {cols} FROM _clef_stage "
+                        "ON CONFLICT (id) DO UPDATE SET {updates}"
+                    ).format(t=self._t(collection), cols=cols, updates=updates)
+                )
         return n
 
     def delete(
@@ -508,6 +510,59 @@ class PgVectorStore(VectorStore):
         with self._lock, self._conn.cursor() as cur:
             cur.execute(sql.SQL("ANALYZE {}").format(self._t(spec.name)))
         return {"rows": self.count(collection), "analyzed": True}
+
+    def _hnsw_index(self, spec: CollectionSpec) -> str | None:
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s AND tablename = %s "
+                "AND indexdef ILIKE %s",
+                (self.schema, spec.name, "%USING hnsw%"),
+            )
+            row = cur.fetchone()
+        return None if row is None else str(row[0])
+
+    def build_indexes(self, collection: str) -> dict[str, Any]:
+        from psycopg import sql
+
+        spec = self.get_spec(collection)
+        done: dict[str, Any] = {}
+        if spec.dimension > _HNSW_MAX_DIM:
+            done["vector_index"] = f"none: pgvector's HNSW takes at most {_HNSW_MAX_DIM} dims"
+        elif self._hnsw_index(spec) is None:
+            with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+                # One build over the loaded table; more memory keeps the graph build in RAM.
+                cur.execute(
+                    sql.SQL("SET LOCAL maintenance_work_mem = {}").format(
+                        sql.Literal(self.maintenance_work_mem)
+                    )
+                )
+                cur.execute(
+                    sql.SQL(
+                        "CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw ({} {}) "
+                        "WITH (m = {}, ef_construction = {})"
+                    ).format(
+                        sql.Identifier(_ix(spec.name, _VEC)),
+                        self._t(spec.name),
+                        sql.Identifier(_VEC),
+                        sql.SQL(_OPS[spec.metric][1]),
+                        sql.Literal(self.hnsw_m),
+                        sql.Literal(self.hnsw_ef_construction),
+                    )
+                )
+            done["vector_index"] = "hnsw built"
+        else:
+            done["vector_index"] = "hnsw up to date (PostgreSQL maintains it on insert)"
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(sql.SQL("ANALYZE {}").format(self._t(spec.name)))
+        done.update(self.index_status(collection))
+        return done
+
+    def index_status(self, collection: str) -> dict[str, Any]:
+        spec = self.get_spec(collection)
+        rows = self.count(collection)
+        if self._hnsw_index(spec) is None:
+            return {"rows": rows, "ann_index": None, "indexed_rows": 0, "unindexed_rows": rows}
+        return {"rows": rows, "ann_index": "hnsw", "indexed_rows": rows, "unindexed_rows": 0}
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

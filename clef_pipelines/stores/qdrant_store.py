@@ -4,6 +4,10 @@ or local mode by path or ``:memory:``.
 - One Qdrant collection per collection; point ids are the record UUIDs; the payload holds the
   declared fields (nulls omitted: missing == null) and undeclared scalar extras.
 - Payload indexes (keyword / integer / float / bool) on the filter fields.
+- On a server, collections are created with HNSW switched off (``m = 0``, Qdrant's advice for
+  bulk uploads) and `build_indexes` (its own ingestion step, after the sync) switches it on;
+  Qdrant then builds the graph itself in the background, segment by segment, and keeps it
+  current as points arrive. Segments not yet indexed are searched by full scan (exact).
 - Search is ``query_points`` with the compiled ``models.Filter``; if an approximate search
   returns fewer than k rows that the filter admits, it is repeated with ``exact=True``.
 - Spec and manifest live in a small side collection ``_clef_meta`` (one point per collection).
@@ -71,6 +75,8 @@ class QdrantStore(VectorStore):
         path: str | None = None,
         batch_size: int = BATCH,
         timeout: int = 60,
+        hnsw_m: int = 16,
+        hnsw_ef_construct: int = 100,
     ) -> None:
         from qdrant_client import QdrantClient
 
@@ -85,6 +91,8 @@ class QdrantStore(VectorStore):
             self._client = QdrantClient(path=path)
             self.local = True
         self.batch_size = batch_size
+        self.hnsw_m = hnsw_m
+        self.hnsw_ef_construct = hnsw_ef_construct
         self._lock = threading.RLock()
         self._specs: dict[str, CollectionSpec] = {}
 
@@ -189,6 +197,8 @@ class QdrantStore(VectorStore):
                 vectors_config=qm.VectorParams(
                     size=spec.dimension, distance=self._distance(spec.metric)
                 ),
+                # No graph during the first load; build_indexes switches it on.
+                hnsw_config=qm.HnswConfigDiff(m=0),
             )
             self._payload_indexes(spec)
             self._write_meta(spec.name, {"spec": spec_to_json(spec), "manifest": None})
@@ -397,6 +407,43 @@ class QdrantStore(VectorStore):
     def maintain(self, collection: str) -> dict[str, Any]:
         spec = self.get_spec(collection)
         return {"rows": self.count(spec.name)}
+
+    def build_indexes(self, collection: str) -> dict[str, Any]:
+        from qdrant_client import models as qm
+
+        self.get_spec(collection)
+        if self.local:
+            return {
+                "vector_index": "none: local mode searches exactly",
+                **self.index_status(collection),
+            }
+        info = self._client.get_collection(collection)
+        m = info.config.hnsw_config.m
+        if not m:
+            self._client.update_collection(
+                collection,
+                hnsw_config=qm.HnswConfigDiff(m=self.hnsw_m, ef_construct=self.hnsw_ef_construct),
+            )
+            done = f"hnsw switched on (m={self.hnsw_m}); Qdrant builds it in the background"
+        else:
+            done = f"hnsw on (m={m}); Qdrant indexes new points itself"
+        return {"vector_index": done, **self.index_status(collection)}
+
+    def index_status(self, collection: str) -> dict[str, Any]:
+        self.get_spec(collection)
+        rows = self.count(collection)
+        if self.local:
+            return {"rows": rows, "ann_index": None, "indexed_rows": 0, "unindexed_rows": rows}
+        info = self._client.get_collection(collection)
+        indexed = int(info.indexed_vectors_count or 0)
+        m = info.config.hnsw_config.m
+        return {
+            "rows": rows,
+            "ann_index": f"hnsw m={m}" if m else None,
+            "indexed_rows": indexed,
+            "unindexed_rows": max(0, rows - indexed),
+            "optimizer_status": str(info.status),
+        }
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

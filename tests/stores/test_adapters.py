@@ -4,6 +4,7 @@ factory, LanceDB maintenance, the pgvector schema."""
 from __future__ import annotations
 
 import pathlib
+import uuid
 from typing import Any
 
 import numpy as np
@@ -105,6 +106,8 @@ def test_lancedb_indexes_and_version_cleanup(tmp_path: pathlib.Path) -> None:
         store.upsert("docs", recs)
         store.delete("docs", where={"doc_id": f"d{round_ - 3}"})
     table = store._table("docs")
+    assert not any("vector" in ix.columns for ix in table.list_indices())  # never in a write
+    assert store.build_indexes("docs")["vector_index"].endswith("built")
     indexed = {c for ix in table.list_indices() for c in ix.columns}
     assert {"vector", "id", *FILTER_FIELDS, "quarantined"} <= indexed
     assert len(table.list_versions()) <= 12  # not one per write
@@ -146,6 +149,7 @@ def test_pgvector_schema(pg_dsn: str) -> None:
                     filter_fields=FILTER_FIELDS,
                 )  # type: ignore[arg-type]
             )
+            store.build_indexes(f"m_{metric}")
             with psycopg.connect(pg_dsn) as conn:
                 defs = [
                     r[0]
@@ -162,3 +166,37 @@ def test_pgvector_schema(pg_dsn: str) -> None:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute("DROP SCHEMA schema_check CASCADE")
         store.close()
+
+
+def test_pgvector_first_load_is_copied_then_indexed(pg_dsn: str) -> None:
+    """A first load goes straight into the table with no HNSW to maintain; queries are exact
+    until the index step builds it; later upserts still replace by id."""
+    from clef_pipelines.stores.pgvector_store import PgVectorStore
+
+    schema = "bulk_" + uuid.uuid4().hex[:8]
+    store = PgVectorStore(pg_dsn, schema=schema)
+    try:
+        store.ensure_collection(spec(dim=8))
+        rng = np.random.default_rng(3)
+        vecs = rng.standard_normal((300, 8)).astype(np.float32)
+        recs = [{"id": uid(f"b{i}"), "vector": vecs[i], "doc_id": f"d{i}"} for i in range(300)]
+        assert store.upsert("docs", recs[:150]) == 150  # empty table: direct COPY
+        assert store.upsert("docs", recs[100:]) == 200  # overlaps: staged upsert
+        assert store.count("docs") == 300
+        assert store.index_status("docs")["ann_index"] is None
+        q = vecs[7]
+        exact = np.argsort(1 - (vecs @ q) / (np.linalg.norm(vecs, axis=1) * np.linalg.norm(q)))
+        assert [h.id for h in store.query("docs", q, top_k=5)] == [uid(f"b{i}") for i in exact[:5]]
+        done = store.build_indexes("docs")
+        assert done["vector_index"] == "hnsw built" and done["ann_index"] == "hnsw"
+        assert store.build_indexes("docs")["vector_index"].startswith("hnsw up to date")
+        store.upsert("docs", [{**recs[0], "doc_id": "moved"}])
+        assert store.get("docs", [uid("b0")])[0]["doc_id"] == "moved"
+        assert store.query("docs", q, top_k=1)[0].id == uid("b7")
+    finally:
+        store.close()
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))

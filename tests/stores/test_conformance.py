@@ -514,7 +514,7 @@ def _exact(
 
 
 def test_10k_filtered_query_returns_exactly_k(
-    store: VectorStore, big_data: tuple[np.ndarray, list[Record]]
+    store: VectorStore, kind: str, big_data: tuple[np.ndarray, list[Record]]
 ) -> None:
     vecs, records = big_data
     store.ensure_collection(spec(dim=BIG_DIM))
@@ -522,6 +522,15 @@ def test_10k_filtered_query_returns_exactly_k(
         assert store.upsert("docs", records[start : start + 2_500]) == min(2_500, BIG_N - start)
     store.maintain("docs")
     assert store.count("docs") == BIG_N
+    # Before the index step: exact search, so exactly the brute-force answer.
+    q0 = vecs[5] + 0.05
+    before = [h.id for h in store.query("docs", q0, top_k=10)]
+    assert before == _exact(vecs, records, q0, {}, 10)
+    built = store.build_indexes("docs")
+    assert built["rows"] == BIG_N
+    status = store.index_status("docs")
+    if kind == "lancedb" or kind == "pgvector":  # past the test threshold: an ANN index
+        assert status["ann_index"] and status["unindexed_rows"] == 0, status
     q = vecs[3] + 0.1  # in the "near" cluster
     k = 10
     cases: list[tuple[dict[str, Any], int]] = [
@@ -558,3 +567,12 @@ def test_10k_filtered_query_returns_exactly_k(
     assert store.delete("docs", where={"n": 7}) == 100
     assert store.count("docs") == BIG_N - 100
     assert len(store.query("docs", q, where={"n": {"in": [7, 8]}}, top_k=k)) == k
+    # Rows written after the index was built are found before the next index step runs.
+    fresh = [
+        {**records[i], "id": uid(f"fresh-{i}"), "doc_id": "fresh", "vector": vecs[i] * -1.0}
+        for i in range(0, 200)
+    ]
+    store.upsert("docs", fresh)
+    for rec in fresh[1:6]:  # not quarantined
+        assert rec["id"] in [h.id for h in store.query("docs", rec["vector"], top_k=3)]
+    assert store.build_indexes("docs")["rows"] == BIG_N - 100 + 200
