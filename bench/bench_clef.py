@@ -190,9 +190,8 @@ def serve_once(release: Path, n: int, max_batch: int, conc: int) -> dict[str, An
 
 
 FAKE = """
-import sys, time
-sys.path.insert(0, {root!r})
-from tests.clef.fake_server import FakeServer
+import time
+from clef_pipelines.testing.fake_systemone import FakeServer
 s = FakeServer().start()
 print(s.port, flush=True)
 while True:

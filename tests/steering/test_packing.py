@@ -113,7 +113,9 @@ def test_answers_land_on_their_subject_when_the_server_shuffles(
             assert all("[" not in q["instructions"] for q in body["questions"].values())
 
 
-def test_server_answer_order_does_not_matter(fake: FakeServer, tmp_path: Path) -> None:
+def test_server_answer_order_does_not_matter(
+    fake: FakeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The server returns the answers object in reverse order: mapping is by question id."""
     subjects = make_subjects(20)
 
@@ -122,20 +124,21 @@ def test_server_answer_order_does_not_matter(fake: FakeServer, tmp_path: Path) -
             return await ask_packed(c, subjects, ASKS)
 
     fake.answer_with(by_text)
-    from tests.clef import fake_server as fs
+    from clef_pipelines.testing import fake_systemone as fs
 
     original = fs.answer_for
 
+    reversed_calls: list[int] = []
+
     def reversed_answers(request: dict[str, Any], answerer: Any = None) -> dict[str, Any]:
+        reversed_calls.append(1)
         body = original(request, answerer)
         body["answers"] = dict(reversed(list(body["answers"].items())))
         return body
 
-    fs.answer_for = reversed_answers  # type: ignore[assignment]
-    try:
-        res = run(go())
-    finally:
-        fs.answer_for = original  # type: ignore[assignment]
+    monkeypatch.setattr(fs, "answer_for", reversed_answers)
+    res = run(go())
+    assert len(reversed_calls) == len(fake.requests) == 1
     for s in subjects:
         assert res.noul(s.key, "instructs_ai") == (0.95 if PLANT in s.text else 0.05)
 

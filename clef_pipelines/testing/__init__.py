@@ -1,0 +1,6 @@
+"""Test and benchmark doubles that ship with the package, so `bench/` never imports `tests/`.
+
+`fake_systemone.FakeServer` is a System One server on loopback that speaks the exact wire
+format (plain and inside the Workers AI envelope), scriptable to fail or to answer by question.
+It never loads a model: use it to test and measure everything around Clef, not Clef itself.
+"""
