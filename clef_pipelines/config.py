@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from clef_pipelines._strict import StrictModel
+from clef_pipelines.api.config import ApiConfig
 from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.stores.config import StoreConfig
@@ -108,6 +109,7 @@ class Settings(StrictModel):
     store: StoreConfig = StoreConfig()
     clef: ClefConfig = ClefConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
+    api: ApiConfig = ApiConfig()
     refresh_cron: str = Field("0 3 * * *", description="Schedule that refreshes every source.")
     sync_batch_rows: int = Field(512, ge=1, description="Records per store upsert call.")
 

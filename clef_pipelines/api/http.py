@@ -1,0 +1,305 @@
+"""The HTTP API (`clef-pipelines api`): JSON in, the Python API's `to_dict()` shapes out.
+
+    POST /v1/retrieve          {"query", "collection"?, "top_k"?, "where"?}  -> RetrievalResult
+    POST /v1/answer            same body                                    -> AnswerResult
+    POST /v1/compact           {"query", "passages", "token_budget"?, ...}  -> RetrievalResult
+    POST /v1/chat/completions  an OpenAI chat body; the answer is the compacted context
+    GET  /v1/collections       the served collections
+    GET  /openapi.json         this API as OpenAPI 3.1
+    GET  /health               liveness (no auth, says nothing about the deployment)
+
+Every error is JSON `{"error": {"type", "message", "field"?}}` with the status that fits:
+400 unreadable JSON, 401 missing or wrong key, 404 unknown path or collection, 405, 413 body
+over `api.max_body_bytes`, 422 a field that breaks a rule (named), 504 over
+`api.request_timeout_s`. Internal errors are logged and answered without a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from clef_pipelines import __version__
+from clef_pipelines.api.config import ApiConfig
+from clef_pipelines.api.models import (
+    AnswerRequest,
+    ChatCompletionRequest,
+    CompactRequest,
+    RetrieveRequest,
+    json_schemas,
+)
+from clef_pipelines.api.openai_compat import ChatRequestError, chat_completion, chat_request_parts
+from clef_pipelines.api.service import RetrievalService, UnknownCollection
+from clef_pipelines.stores import StoreError
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, kind: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.field = status, kind, field
+
+    def response(self) -> JSONResponse:
+        err: dict[str, Any] = {"type": self.kind, "message": str(self)}
+        if self.field is not None:
+            err["field"] = self.field
+        return JSONResponse({"error": err}, status_code=self.status)
+
+
+def _field_of(err: ValidationError) -> tuple[str, str]:
+    e = err.errors()[0]
+    loc = [str(p) for p in e.get("loc", ()) if not str(p).startswith("function-")]
+    # Union members (`str`, `PassageIn`) are not fields: keep the path a user wrote.
+    loc = [p for p in loc if p not in ("str", "PassageIn", "list[ContentPart]")]
+    return ".".join(loc) or "body", str(e.get("msg"))
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "too_large", f"body: over the {limit}-byte limit", "body")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, "too_large", f"body: over the {limit}-byte limit", "body")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, "bad_json", f"body: not valid JSON ({exc})", "body") from None
+
+
+def _parse(model: type[BaseModel], raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise ApiError(422, "invalid_request", "body: expected a JSON object", "body")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        field, msg = _field_of(exc)
+        raise ApiError(422, "invalid_request", f"{field}: {msg}", field) from None
+
+
+def _check_query(query: str, api: ApiConfig) -> None:
+    if not query.strip():
+        raise ApiError(422, "invalid_request", "query: is empty", "query")
+    if len(query) > api.max_query_chars:
+        raise ApiError(
+            422, "invalid_request", f"query: over {api.max_query_chars} characters", "query"
+        )
+
+
+def bearer_key(env: dict[str, str] | os._Environ[str], api: ApiConfig) -> str | None:
+    key = env.get(api.api_key_env)
+    return key or None
+
+
+def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starlette:
+    """The ASGI app over a warm service. `api_key`: the bearer key clients must send (None:
+    no auth; `clef-pipelines api` refuses that off loopback)."""
+    api = service.api
+    expected = f"Bearer {api_key}".encode() if api_key else None
+
+    def authorised(request: Request) -> bool:
+        if expected is None:
+            return True
+        got = request.headers.get("authorization", "")
+        # The scheme is case-insensitive (RFC 9110); the key is compared in constant time.
+        scheme, _, token = got.partition(" ")
+        return hmac.compare_digest(f"Bearer {token.strip()}".encode(), expected) and (
+            scheme.lower() == "bearer"
+        )
+
+    Handler = Callable[[Request], Awaitable[Any]]
+
+    def endpoint(
+        handler: Handler, *, auth: bool = True
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            started = time.perf_counter()
+            try:
+                if auth and not authorised(request):
+                    raise ApiError(401, "unauthorized", "missing or wrong bearer key")
+                out = await asyncio.wait_for(handler(request), timeout=api.request_timeout_s)
+            except ApiError as exc:
+                return exc.response()
+            except TimeoutError:
+                return ApiError(
+                    504, "timeout", f"request: over {api.request_timeout_s:g} s"
+                ).response()
+            except UnknownCollection as exc:
+                return ApiError(404, "not_found", str(exc), "collection").response()
+            except ChatRequestError as exc:
+                return ApiError(422, "invalid_request", str(exc), exc.field).response()
+            except StoreError as exc:
+                return ApiError(422, "invalid_request", str(exc), "where").response()
+            except ValueError as exc:  # a filter or passage the core refused, with its reason
+                field = "where" if "filter" in str(exc) or "operator" in str(exc) else "body"
+                return ApiError(422, "invalid_request", str(exc), field).response()
+            except Exception:  # noqa: BLE001 - logged; never a traceback to the client
+                log.exception("API request failed: %s %s", request.method, request.url.path)
+                return ApiError(500, "internal", "internal error (see the server log)").response()
+            headers = {"x-clef-ms": f"{(time.perf_counter() - started) * 1e3:.1f}"}
+            return JSONResponse(out, headers=headers)
+
+        return run
+
+    async def retrieve(request: Request) -> Any:
+        req = _parse(RetrieveRequest, await _read_json(request, api.max_body_bytes))
+        _check_query(req.query, api)
+        result = await service.retrieve(
+            req.query, collection=req.collection, top_k=req.top_k, where=req.where
+        )
+        return result.to_dict()
+
+    async def answer(request: Request) -> Any:
+        req = _parse(AnswerRequest, await _read_json(request, api.max_body_bytes))
+        _check_query(req.query, api)
+        result = await service.answer(
+            req.query, collection=req.collection, top_k=req.top_k, where=req.where
+        )
+        return result.to_dict()
+
+    async def compact(request: Request) -> Any:
+        req = _parse(CompactRequest, await _read_json(request, api.max_body_bytes))
+        _check_query(req.query, api)
+        if len(req.passages) > api.max_passages:
+            raise ApiError(422, "invalid_request", f"passages: over {api.max_passages}", "passages")
+        passages = [
+            p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in req.passages
+        ]
+        result = await service.compact(
+            req.query,
+            passages,
+            token_budget=req.token_budget,
+            max_passages=req.max_passages,
+            gate=req.gate,
+        )
+        return result.to_dict()
+
+    async def chat(request: Request) -> Any:
+        req = _parse(ChatCompletionRequest, await _read_json(request, api.max_body_bytes))
+        query, passages = chat_request_parts(req)
+        _check_query(query, api)
+        if len(passages) > api.max_passages:
+            raise ApiError(
+                422, "invalid_request", f"context: over {api.max_passages} chunks", "context"
+            )
+        result = await service.compact(
+            query, passages, token_budget=req.token_budget, max_passages=req.max_passages
+        )
+        return chat_completion(req, result, completion_id=f"chatcmpl-{uuid.uuid4().hex}")
+
+    async def collections(request: Request) -> Any:
+        return {"collections": await asyncio.to_thread(service.describe_collections)}
+
+    async def openapi(request: Request) -> Any:
+        return openapi_document()
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        status = getattr(exc, "status_code", 404)
+        kind = "not_found" if status == 404 else "method_not_allowed"
+        return ApiError(status, kind, f"{request.method} {request.url.path}").response()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):  # type: ignore[no-untyped-def]
+        yield
+        await service.aclose_loop_clients()
+
+    routes = [
+        Route("/v1/retrieve", endpoint(retrieve), methods=["POST"]),
+        Route("/v1/answer", endpoint(answer), methods=["POST"]),
+        Route("/v1/compact", endpoint(compact), methods=["POST"]),
+        Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
+        Route("/v1/collections", endpoint(collections), methods=["GET"]),
+        Route("/openapi.json", endpoint(openapi, auth=False), methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found}
+    )
+
+
+def openapi_document() -> dict[str, Any]:
+    """OpenAPI 3.1 for the API: request bodies from the pydantic models."""
+
+    def post(summary: str, body: str, returns: str) -> dict[str, Any]:
+        return {
+            "post": {
+                "summary": summary,
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": returns,
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "401": {"$ref": "#/components/responses/Error"},
+                    "404": {"$ref": "#/components/responses/Error"},
+                    "413": {"$ref": "#/components/responses/Error"},
+                    "422": {"$ref": "#/components/responses/Error"},
+                    "504": {"$ref": "#/components/responses/Error"},
+                },
+            }
+        }
+
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "clef-pipelines API", "version": __version__},
+        "components": {
+            "schemas": json_schemas(),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "responses": {
+                "Error": {
+                    "description": "An error naming the field when one is at fault.",
+                    "content": {"application/json": {"schema": {"type": "object"}}},
+                }
+            },
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/retrieve": post(
+                "Clef-steered retrieval", "RetrieveRequest", "RetrievalResult.to_dict()"
+            ),
+            "/v1/answer": post(
+                "A cited answer (or an abstention)", "AnswerRequest", "AnswerResult"
+            ),
+            "/v1/compact": post(
+                "Compact passages for a query within a token budget",
+                "CompactRequest",
+                "RetrievalResult.to_dict()",
+            ),
+            "/v1/chat/completions": post(
+                "OpenAI-compatible: the compacted context as the assistant message",
+                "ChatCompletionRequest",
+                "chat.completion",
+            ),
+            "/v1/collections": {
+                "get": {
+                    "summary": "The collections served",
+                    "responses": {"200": {"description": "collections"}},
+                }
+            },
+        },
+    }

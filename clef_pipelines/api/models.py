@@ -1,0 +1,86 @@
+"""The JSON bodies the API accepts. Responses are the `to_dict()` shapes of the Python API
+(`RetrievalResult`, `AnswerResult`), so every surface returns the same thing."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RetrieveRequest(_Body):
+    query: str = Field(min_length=1, description="The question.")
+    collection: str | None = Field(None, description="Default: the configured collection.")
+    top_k: int | None = Field(None, ge=1, le=1000, description="Candidates recalled.")
+    where: dict[str, JsonValue] | None = Field(None, description="Portable filter.")
+
+
+class AnswerRequest(RetrieveRequest):
+    pass
+
+
+class PassageIn(BaseModel):
+    """A passage handed in for compaction: its text and, optionally, an id, a score and
+    metadata (`title`, `source_uri`, ...) carried into the result."""
+
+    model_config = ConfigDict(extra="allow")
+    text: str
+    id: str | None = None
+    score: float | None = None
+
+
+class CompactRequest(_Body):
+    query: str = Field(min_length=1)
+    passages: list[str | PassageIn] = Field(min_length=1)
+    token_budget: int | None = Field(None, ge=1, description="Tokens of passage text kept.")
+    max_passages: int | None = Field(None, ge=1)
+    gate: bool = Field(False, description="Also ask whether the kept passages can answer.")
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text or "" for p in self.content or [] if p.type == "text")
+
+
+class ChatCompletionRequest(BaseModel):
+    """An OpenAI chat completion body. The question is the last user message; the context
+    chunks come from the extension field `context` or, without it, from the other messages.
+    OpenAI's sampling parameters are accepted and ignored: nothing is generated."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = "clef-compact"
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool = False
+    n: int = Field(1, ge=1, le=1)
+    context: list[str | PassageIn] | None = Field(
+        None, description="Extension: the chunks to compact."
+    )
+    token_budget: int | None = Field(None, ge=1, description="Extension: tokens kept.")
+    max_passages: int | None = Field(None, ge=1, description="Extension.")
+
+
+def json_schemas() -> dict[str, Any]:
+    """Every body's JSON schema, for the OpenAPI document."""
+    out: dict[str, Any] = {}
+    for model in (RetrieveRequest, AnswerRequest, CompactRequest, ChatCompletionRequest):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        out.update(schema.pop("$defs", {}))
+        out[model.__name__] = schema
+    return out

@@ -1,0 +1,109 @@
+"""LangChain adapters (extra `langchain`): a retriever and a document compressor.
+
+    from clef_pipelines.integrations.langchain import ClefRetriever, ClefDocumentCompressor
+    docs = ClefRetriever(retriever=Retriever.from_config("clef-pipelines.yaml")).invoke("...")
+    kept = ClefDocumentCompressor(token_budget=1500).compress_documents(docs, "...")
+
+Documents carry the passage's prompt number, citation and Clef scores in `metadata`. When the
+gate abstains the retriever returns no documents (nothing there answers the question), unless
+`include_on_abstain=True`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict
+
+from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.integrations._common import passage_metadata, run_sync
+from clef_pipelines.retrieval.result import RetrievalResult
+
+
+def _documents(result: RetrievalResult, include_on_abstain: bool) -> list[Document]:
+    if result.abstain and not include_on_abstain:
+        return []
+    return [
+        Document(page_content=c.text, metadata=passage_metadata(n, c), id=c.id)
+        for n, c in result.numbered
+    ]
+
+
+class ClefRetriever(BaseRetriever):
+    """Clef-steered retrieval from a clef-pipelines collection."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    retriever: Any
+    """A `clef_pipelines.retrieval.Retriever` (kept warm by the caller)."""
+    collection: str | None = None
+    top_k: int | None = None
+    where: dict[str, Any] | None = None
+    include_on_abstain: bool = False
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        result = self.retriever.retrieve(
+            query, where=self.where, top_k=self.top_k, collection=self.collection
+        )
+        return _documents(result, self.include_on_abstain)
+
+    async def _aget_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+        result = await self.retriever.aretrieve(
+            query, where=self.where, top_k=self.top_k, collection=self.collection
+        )
+        return _documents(result, self.include_on_abstain)
+
+
+class ClefDocumentCompressor(BaseDocumentCompressor):
+    """Keep the documents that answer the query, within a token budget; drop irrelevant
+    ones and planted instructions. Text is never rewritten; order is best first."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    token_budget: int | None = None
+    max_passages: int | None = None
+    clef: ClefConfig | None = None
+    """Clef settings (default `auto`); ignored when `client` is given."""
+    data_dir: str | None = None
+
+    async def acompress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Any = None
+    ) -> Sequence[Document]:
+        from clef_pipelines.retrieval.compaction import acompact
+
+        if not documents:
+            return []
+        passages = [
+            {
+                "id": str(i),
+                "text": d.page_content,
+                **{k: v for k, v in d.metadata.items() if k not in ("id", "text", "score")},
+            }
+            for i, d in enumerate(documents)
+        ]
+        result = await acompact(
+            query,
+            passages,
+            token_budget=self.token_budget,
+            max_passages=self.max_passages,
+            clef=self.clef,
+            data_dir=self.data_dir,
+        )
+        out = []
+        for n, c in result.numbered:
+            original = documents[int(c.id)]
+            meta = {**original.metadata, **passage_metadata(n, c)}
+            meta["id"] = original.metadata.get("id", original.id)
+            out.append(Document(page_content=original.page_content, metadata=meta, id=original.id))
+        return out
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Any = None
+    ) -> Sequence[Document]:
+        return run_sync(self.acompress_documents(documents, query, callbacks))
