@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from clef_pipelines._strict import StrictModel
 from clef_pipelines.api.config import ApiConfig
 from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.embedding.executor import Executor, RayEmbedConfig
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.stores.config import StoreConfig
 
@@ -97,6 +98,10 @@ class EmbedderConfig(StrictModel):
     base_url: str | None = Field(None, description="OpenAI-compatible base URL (openai kind).")
     api_key_env: str | None = Field(None, description="Env variable with the API key (openai).")
     timeout_s: float = 60.0
+    executor: Executor = Field(
+        "local", description="Where batches are embedded: in this process, or on Ray actors."
+    )
+    ray: RayEmbedConfig = RayEmbedConfig()
 
 
 class Settings(StrictModel):

@@ -9,6 +9,7 @@ import time
 import dagster as dg
 import polars as pl
 
+from clef_pipelines.embedding.executor import open_batch_runner
 from clef_pipelines.ingest import stages
 from clef_pipelines.ingest.documents import (
     FAILED,
@@ -228,6 +229,7 @@ def embeddings(
         settings.collection_of(source),
         batch_size=settings.embedder.batch_size,
         progress=progress,
+        open_runner=lambda: open_batch_runner(settings.embedder, emb),
     )
     if stats.over_window:
         context.log.warning(

@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +21,7 @@ import polars as pl
 
 from clef_pipelines import __version__
 from clef_pipelines.embedding.base import Embedder
+from clef_pipelines.embedding.executor import BatchRunner, local_batches
 from clef_pipelines.ingest.documents import CHANGED, REMOVED, REPAIR
 from clef_pipelines.records import FILTER_FIELDS, PIPELINE_VERSION, RECORD_FIELDS
 from clef_pipelines.stores.base import CollectionSpec, FieldType, StoreError, VectorStore
@@ -97,8 +99,12 @@ def embed_chunks(
     *,
     batch_size: int = 64,
     progress: ProgressFn | None = None,
+    open_runner: Callable[[], AbstractContextManager[BatchRunner]] | None = None,
 ) -> tuple[pl.DataFrame, EmbedStats]:
     """Add a `vector` column; vectors of ids the store already holds are reused, not recomputed.
+
+    ``open_runner`` says where the batches run (`embedding.executor`); it is opened only when
+    something needs embedding, and closed (its Ray actors killed) however the pass ends.
 
     An id is a hash of the embedded text, and the manifest pins the embedder, so a stored
     vector with the same id is exactly what the embedder would return.
@@ -118,17 +124,19 @@ def embed_chunks(
     todo = sorted(
         (i for i, id_ in enumerate(ids) if id_ not in vectors), key=lambda i: len(texts[i])
     )
-    calls_before, seconds_before = embedder.calls, embedder.seconds
-    for start in range(0, len(todo), batch_size):
-        batch = todo[start : start + batch_size]
-        out = embedder.embed([texts[i] for i in batch])
-        for row, i in enumerate(batch):
-            vectors[ids[i]] = out[row]
-        stats.embedded += len(batch)
-        if progress:
-            progress(stats.embedded, len(todo))
-    stats.embedder_calls = embedder.calls - calls_before
-    stats.embedder_seconds = embedder.seconds - seconds_before
+    batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
+    started = time.perf_counter()
+    if batches:
+        with open_runner() if open_runner else nullcontext(local_batches(embedder)) as run:
+            results = run([texts[i] for i in batch] for batch in batches)
+            for batch, out in zip(batches, results, strict=True):
+                for row, i in enumerate(batch):
+                    vectors[ids[i]] = out[row]
+                stats.embedded += len(batch)
+                stats.embedder_calls += 1
+                if progress:
+                    progress(stats.embedded, len(todo))
+    stats.embedder_seconds = time.perf_counter() - started
     matrix = (
         np.stack([vectors[i] for i in ids]).astype(np.float32)
         if ids
