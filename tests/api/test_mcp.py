@@ -55,3 +55,92 @@ def test_tools_search_compact_and_list(fake: FakeServer, collection_factory: Any
     assert kept["dropped"][0]["reason"] == "instructs_ai"
     assert out["bad"].is_error
     assert "nope" in " ".join(c.text for c in out["bad"].content if hasattr(c, "text"))
+
+
+def _config(tmp_path: Any) -> str:
+    import yaml
+
+    cfg = tmp_path / "clef-pipelines.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data_dir": str(tmp_path / "data"),
+                "embedder": {"kind": "hash", "dimension": 64},
+                "store": {"kind": "lancedb"},
+                "clef": {"backend": "off"},
+            }
+        )
+    )
+    return str(cfg)
+
+
+async def _probe(client: Any) -> tuple[set[str], Any, Any]:
+    tools = {t.name for t in (await client.list_tools()).tools}
+    listed = await client.call_tool("list_collections", {})
+    missing = await client.call_tool("search", {"query": "x", "collection": "nope"})
+    return tools, listed, missing
+
+
+def test_cli_over_stdio(tmp_path: Any) -> None:
+    """`clef-pipelines mcp` started by an agent: JSON-RPC over the child's stdin/stdout, so
+    nothing else may be printed there."""
+    import sys
+
+    from mcp import StdioServerParameters
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "clef_pipelines", "mcp", "--config", _config(tmp_path)],
+        env={"TOKENIZERS_PARALLELISM": "false"},
+    )
+
+    async def go() -> Any:
+        async with Client(params, read_timeout_seconds=120) as client:
+            return await _probe(client)
+
+    tools, listed, missing = asyncio.run(go())
+    assert "search" in tools and listed.structured_content == {"collections": []}
+    assert missing.is_error and "nope" in missing.content[0].text
+
+
+def test_cli_over_streamable_http(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.pg import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "CLEF_API_KEY"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clef_pipelines", "mcp", "--transport", "http"]
+        + ["--port", str(port), "--config", _config(tmp_path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, "mcp exited"
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "mcp did not start"
+                time.sleep(0.3)
+
+        async def go() -> Any:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                return await _probe(client)
+
+        tools, listed, missing = asyncio.run(go())
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert {"search", "answer", "compact", "list_collections"} <= tools
+    assert listed.structured_content == {"collections": []}
+    assert missing.is_error
