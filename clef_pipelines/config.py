@@ -18,6 +18,7 @@ from clef_pipelines._strict import StrictModel
 from clef_pipelines.api.config import ApiConfig
 from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.embedding.executor import Executor, RayEmbedConfig
+from clef_pipelines.evals.config import EvalConfig
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.stores.config import StoreConfig
 
@@ -115,6 +116,7 @@ class Settings(StrictModel):
     clef: ClefConfig = ClefConfig()
     retrieval: RetrievalConfig = RetrievalConfig()
     api: ApiConfig = ApiConfig()
+    evals: EvalConfig = EvalConfig()
     refresh_cron: str = Field("0 3 * * *", description="Schedule that refreshes every source.")
     sync_batch_rows: int = Field(512, ge=1, description="Records per store upsert call.")
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dagster as dg
 
+from clef_pipelines.assets.evaluation import evaluation_assets
 from clef_pipelines.assets.ingestion import ingestion_assets
 from clef_pipelines.config import load_settings
+from clef_pipelines.jobs.evaluation import eval_job
 from clef_pipelines.jobs.ingestion import (
     build_refresh_schedule,
     ingestion_job,
@@ -35,8 +37,8 @@ def build_resources(
 def build_definitions(config_path: str | None = None) -> dg.Definitions:
     settings = load_settings(config_path)
     return dg.Definitions(
-        assets=ingestion_assets,
-        jobs=[ingestion_job],
+        assets=[*ingestion_assets, *evaluation_assets],
+        jobs=[ingestion_job, eval_job],
         sensors=[source_change_sensor],
         schedules=[build_refresh_schedule(settings.refresh_cron)],
         resources=build_resources(config_path),

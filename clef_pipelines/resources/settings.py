@@ -22,6 +22,11 @@ class PipelineSettings(dg.ConfigurableResource):
 
     @cached_property
     def settings(self) -> Settings:
-        return apply_overrides(
-            load_settings(self.config_path), json.loads(self.overrides_json or "{}")
+        from clef_pipelines.evals.sources import with_eval_sources
+
+        # Eval datasets are sources too: the ingestion graph builds their collections.
+        return with_eval_sources(
+            apply_overrides(
+                load_settings(self.config_path), json.loads(self.overrides_json or "{}")
+            )
         )
