@@ -24,31 +24,15 @@ from clef_pipelines.embedding.base import Embedder
 from clef_pipelines.embedding.executor import BatchRunner, local_batches
 from clef_pipelines.ingest.documents import CHANGED, REMOVED, REPAIR
 from clef_pipelines.records import FILTER_FIELDS, PIPELINE_VERSION, RECORD_FIELDS
-from clef_pipelines.stores.base import CollectionSpec, FieldType, StoreError, VectorStore
+from clef_pipelines.stores.base import CollectionSpec, FieldType, VectorStore
+
+# Defined beside the stores so the query path need not import this module (and polars).
+from clef_pipelines.stores.manifest import ManifestMismatch, check_manifest  # noqa: F401
 
 #: Test-only fault injection: SIGKILL this process after N upsert batches (the "killed run").
 KILL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_KILL_AFTER_UPSERTS"
 
 ProgressFn = Callable[[int, int], None]
-
-
-class ManifestMismatch(StoreError):
-    """The collection was built with another embedder (or dimension / metric)."""
-
-
-def check_manifest(manifest: dict[str, Any] | None, collection: str, embedder: Embedder) -> None:
-    """Refuse to mix vectors of two embedders in one collection."""
-    if not manifest:
-        return
-    want = (manifest.get("embedder"), manifest.get("dimension"), manifest.get("metric"))
-    have = (embedder.name, embedder.dimension, embedder.metric)
-    if want != have:
-        raise ManifestMismatch(
-            f"collection {collection!r} was built with embedder {want[0]} ({want[1]}-d, "
-            f"{want[2]}); this configuration uses {have[0]} ({have[1]}-d, {have[2]}). "
-            "Use the same embedder, another collection, or drop this collection with "
-            f"`clef-pipelines delete --collection {collection} --all` and ingest again."
-        )
 
 
 def _field_type(dtype: pl.DataType) -> FieldType:

@@ -126,6 +126,11 @@ class AnswerConfig(StrictModel):
 
 class RetrievalConfig(StrictModel):
     top_k: int = Field(30, ge=1, le=1000, description="Candidates recalled for the Clef stages.")
+    query_embedder: Literal["numpy", "torch"] = Field(
+        "numpy",
+        description="How queries run the minilm embedder: numpy (same vectors, no torch "
+        "import: a fast cold start) or torch (sentence-transformers).",
+    )
     route: RouteConfig = RouteConfig()
     classify: ClassifyConfig = ClassifyConfig()
     select: SelectConfig = SelectConfig()

@@ -7,8 +7,8 @@ from typing import Any
 
 from clef_pipelines.config import Settings
 from clef_pipelines.embedding import Embedder, make_embedder
-from clef_pipelines.ingest.sync import check_manifest
 from clef_pipelines.stores import Hit, StoreError, VectorStore, open_store
+from clef_pipelines.stores.manifest import check_manifest
 
 
 @dataclass

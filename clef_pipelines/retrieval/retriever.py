@@ -120,8 +120,12 @@ class Retriever:
         self._owns_store = store is None
         self._owns_embedder = embedder is None
         self._owns_clef = clef is None
+        if store is None and settings.store.kind == "lancedb":
+            from clef_pipelines.retrieval.fast_start import LANCE_REST_CLIENT, defer_package
+
+            defer_package(LANCE_REST_CLIENT)
         self.store = store if store is not None else open_store(settings.store, settings.data_path)
-        self.embedder = embedder if embedder is not None else _query_embedder(settings)
+        self.embedder = embedder if embedder is not None else query_embedder(settings, self.config)
         self.clef = (
             clef if clef is not None else ClefClient(settings.clef, data_dir=settings.data_path)
         )
@@ -412,7 +416,12 @@ def _retrieval_config(settings: Settings) -> RetrievalConfig:
     return getattr(settings, "retrieval", None) or RetrievalConfig()
 
 
-def _query_embedder(settings: Settings) -> Embedder:
+def query_embedder(settings: Settings, config: RetrievalConfig) -> Embedder:
+    """The collection's embedder for queries; MiniLM runs on numpy unless told otherwise."""
+    if settings.embedder.kind == "minilm" and config.query_embedder == "numpy":
+        from clef_pipelines.embedding.minilm_numpy import NumpyMiniLMEmbedder
+
+        return NumpyMiniLMEmbedder()
     from clef_pipelines.embedding import make_embedder
 
     return make_embedder(settings.embedder)

