@@ -21,7 +21,7 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -73,12 +73,17 @@ class _LoopThread:
 
 def screened_at_ingest(manifest: dict[str, Any] | None) -> bool:
     """Whether the collection's manifest shows its text was screened for planted instructions
-    when it was ingested (then classify need not ask `instructs_ai` again)."""
-    steering = (manifest or {}).get("steering")
-    if not isinstance(steering, dict):
-        return False
-    screened = steering.get("screened_for_instructs_ai", steering.get("screened"))
-    return bool(screened)
+    at ingest (then classify need not ask `instructs_ai` again): every source's
+    `sources.<name>.steering.screened`, as `store_sync` records it, or a collection-wide
+    `steering.screened`. A missing manifest or an unscreened source means no."""
+    manifest = manifest or {}
+    sources = manifest.get("sources")
+    if isinstance(sources, dict) and sources:
+        flags = [((s or {}).get("steering") or {}).get("screened") for s in sources.values()]
+        if any(f is not None for f in flags):
+            return all(bool(f) for f in flags)
+    steering = manifest.get("steering")
+    return isinstance(steering, dict) and bool(steering.get("screened"))
 
 
 def routable_fields(settings: Settings) -> list[RouteField]:
@@ -110,7 +115,11 @@ class Retriever:
         clef: ClefClient | None = None,
         provider: ChatProvider | None = None,
         config: RetrievalConfig | None = None,
+        route_fields: Sequence[RouteField] | None = None,
     ) -> None:
+        """`store`, `embedder`, `clef`, `provider`: shared objects (not closed here); else
+        made from `settings` and owned. `route_fields`: the fields routing may filter on
+        (default: the enrichment taxonomy's fields marked `route`)."""
         from clef_pipelines.clef.client import ClefClient
         from clef_pipelines.stores import open_store
 
@@ -130,7 +139,9 @@ class Retriever:
             clef if clef is not None else ClefClient(settings.clef, data_dir=settings.data_path)
         )
         self._provider = provider
-        self._routable: list[RouteField] | None = None
+        self._routable: list[RouteField] | None = (
+            list(route_fields) if route_fields is not None else None
+        )
         self._loop = _LoopThread()
         self._closed = False
 

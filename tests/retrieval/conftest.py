@@ -76,7 +76,13 @@ def judge(gate_p: float = 0.9) -> Any:
 class Collection:
     """A collection built straight into the store: ids p0..pN in PASSAGES order."""
 
-    def __init__(self, settings: Settings, name: str, texts: list[str]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        name: str,
+        texts: list[str],
+        extra: list[dict[str, Any]] | None = None,
+    ) -> None:
         self.settings = settings
         self.name = name
         self.texts = texts
@@ -94,6 +100,10 @@ class Collection:
             "tokens": "int",
             "quarantined": "bool",
         }
+        extra = extra or [{} for _ in texts]
+        for row in extra:
+            for k, v in row.items():
+                fields.setdefault(k, "float" if isinstance(v, float) else "str")
         store.ensure_collection(CollectionSpec(name=name, dimension=64, fields=fields))
         vectors = embedder.embed(texts)
         store.upsert(
@@ -112,6 +122,7 @@ class Collection:
                     "chunk_index": 0,
                     "tokens": len(t.split()),
                     "quarantined": False,
+                    **extra[i],
                 }
                 for i, t in enumerate(texts)
             ],
@@ -150,10 +161,15 @@ def settings_for(tmp_path: Path, server: FakeServer | None, **retrieval: Any) ->
 def collection_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("CLEF_TEST_KEY", "test-key")
 
-    def make(server: FakeServer | None, texts: list[str] | None = None, **retrieval: Any) -> Any:
+    def make(
+        server: FakeServer | None,
+        texts: list[str] | None = None,
+        extra: list[dict[str, Any]] | None = None,
+        **retrieval: Any,
+    ) -> Any:
         settings = settings_for(tmp_path, server, **retrieval)
         settings.collection = f"c{next(_names)}"
-        return Collection(settings, settings.collection, list(texts or PASSAGES))
+        return Collection(settings, settings.collection, list(texts or PASSAGES), extra)
 
     return make
 
