@@ -95,18 +95,25 @@ def embed_chunks(
     """
     stats = EmbedStats(chunks=chunks.height)
     dim = embedder.dimension if chunks.height else 0
-    vectors: dict[str, np.ndarray] = {}
     ids = chunks["id"].to_list() if chunks.height else []
+    # One float32 matrix filled in place: per-row arrays or Python float lists would cost
+    # several times the vectors' own size at hundreds of thousands of chunks.
+    matrix = np.zeros((len(ids), dim), dtype=np.float32)
+    rows_of: dict[str, list[int]] = {}
+    for i, id_ in enumerate(ids):
+        rows_of.setdefault(id_, []).append(i)
+    reused: set[str] = set()
     if ids and store.has_collection(collection):
         for start in range(0, len(ids), 1000):
             for rec in store.get(collection, ids[start : start + 1000], with_vectors=True):
-                vectors[rec["id"]] = np.asarray(rec["vector"], dtype=np.float32)
-    stats.reused = len(vectors)
-    stats.over_window = count_over_window(chunks, embedder, skip=set(vectors))
+                matrix[rows_of[rec["id"]]] = np.asarray(rec["vector"], dtype=np.float32)
+                reused.add(rec["id"])
+    stats.reused = len(reused)
+    stats.over_window = count_over_window(chunks, embedder, skip=reused)
     texts = chunks["embed_text"].to_list() if chunks.height else []
     # Batches of similar length waste less compute on padding.
     todo = sorted(
-        (i for i, id_ in enumerate(ids) if id_ not in vectors), key=lambda i: len(texts[i])
+        (i for i, id_ in enumerate(ids) if id_ not in reused), key=lambda i: len(texts[i])
     )
     batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
     started = time.perf_counter()
@@ -114,19 +121,17 @@ def embed_chunks(
         with open_runner() if open_runner else nullcontext(local_batches(embedder)) as run:
             results = run([texts[i] for i in batch] for batch in batches)
             for batch, out in zip(batches, results, strict=True):
-                for row, i in enumerate(batch):
-                    vectors[ids[i]] = out[row]
+                matrix[batch] = out
                 stats.embedded += len(batch)
                 stats.embedder_calls += 1
                 if progress:
                     progress(stats.embedded, len(todo))
     stats.embedder_seconds = time.perf_counter() - started
-    matrix = (
-        np.stack([vectors[i] for i in ids]).astype(np.float32)
-        if ids
-        else np.zeros((0, dim), dtype=np.float32)
+    column = (
+        pl.Series("vector", matrix).cast(pl.List(pl.Float32))
+        if len(ids)
+        else pl.Series("vector", [], dtype=pl.List(pl.Float32))
     )
-    column = pl.Series("vector", matrix.tolist(), dtype=pl.List(pl.Float32))
     return chunks.with_columns(column), stats
 
 
@@ -163,15 +168,16 @@ class SyncReport:
 
 
 def _record_batches(frame: pl.DataFrame, batch_rows: int) -> Iterator[list[dict[str, Any]]]:
-    cols = [*payload_columns(frame), "vector"]
-    batch: list[dict[str, Any]] = []
-    for rec in frame.select(["id", *cols]).iter_rows(named=True):
-        batch.append(rec)
-        if len(batch) >= batch_rows:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+    """Store records, a slice of the frame at a time (only one slice as Python objects)."""
+    cols = payload_columns(frame)
+    for start in range(0, frame.height, batch_rows):
+        part = frame.slice(start, batch_rows)
+        width = part["vector"].list.len().max() if part.height else 0
+        vectors = part["vector"].cast(pl.Array(pl.Float32, int(width or 0))).to_numpy()
+        records = part.select(["id", *[c for c in cols if c != "id"]]).to_dicts()
+        for rec, vec in zip(records, vectors, strict=True):
+            rec["vector"] = vec
+        yield records
 
 
 def sync_source(

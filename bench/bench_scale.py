@@ -1,0 +1,211 @@
+"""Ingestion at scale: synthetic JSONL documents of 80 to 400 words, hash embedder, one source.
+
+    .venv/bin/python bench/bench_scale.py --sizes 5000,50000 [--store lancedb] [--keep DIR]
+
+For each size it generates the corpus (seeded, so every run sees the same documents), then runs
+the Dagster ingestion job three times, each in a fresh child process: the first run, an
+unchanged rerun, and a rerun after 1% of the documents were edited. For each run: wall time,
+peak resident memory of the child (``wait4``'s ``ru_maxrss``: the whole ingestion, Dagster
+included), and each step's own seconds from its materialisation metadata. The hash embedder
+makes the figures the pipeline's own cost, not a model's. Prints a markdown table and writes
+the rows as JSON next to the work folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+STEPS = ("source_documents", "parsed_blocks", "chunks", "embeddings", "store_sync")
+
+
+def _vocabulary(rng: random.Random, size: int = 20_000) -> list[str]:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(3, 10))) for _ in range(size)]
+
+
+def _text(rng: random.Random, vocab: list[str]) -> str:
+    words = rng.randint(80, 400)
+    out: list[str] = []
+    sentence = 0
+    for i in range(words):
+        w = (
+            vocab[min(int(rng.paretovariate(1.1)) - 1, len(vocab) - 1)]
+            if i % 3
+            else rng.choice(vocab)
+        )
+        sentence += 1
+        if sentence > rng.randint(8, 20):
+            w += "."
+            sentence = 0
+        out.append(w)
+    return " ".join(out) + "."
+
+
+def generate(path: Path, n: int, seed: int = 13) -> None:
+    """``n`` JSONL documents: id, title, text of 80-400 words, a year in metadata."""
+    rng = random.Random(seed)
+    vocab = _vocabulary(rng)
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(n):
+            title = " ".join(rng.choice(vocab) for _ in range(rng.randint(2, 6))).title()
+            doc = {
+                "id": f"doc-{i:08d}",
+                "title": title,
+                "text": _text(rng, vocab),
+                "metadata": {"year": 1990 + i % 35},
+            }
+            f.write(json.dumps(doc) + "\n")
+
+
+def edit_one_percent(path: Path, seed: int = 14) -> int:
+    """Rewrite 1% of the documents' text in place (same ids); returns how many."""
+    rng = random.Random(seed)
+    tmp = path.with_suffix(".tmp")
+    edited = 0
+    with path.open(encoding="utf-8") as src, tmp.open("w", encoding="utf-8") as dst:
+        for line in src:
+            if rng.random() < 0.01:
+                doc = json.loads(line)
+                doc["text"] = doc["text"] + f" Edited passage {edited} about refresh."
+                line = json.dumps(doc) + "\n"
+                edited += 1
+            dst.write(line)
+    os.replace(tmp, path)
+    return edited
+
+
+def child_run(config: Path, out: Path) -> None:
+    """One ingestion run in this process; writes its per-step metadata as JSON."""
+    sys.path.insert(0, str(REPO))
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.jobs.launch import run_ingestion
+
+    settings = load_settings(config)
+    started = time.perf_counter()
+    (report,) = run_ingestion(settings, ["scale"], config_path=str(config))
+    wall = time.perf_counter() - started
+    assets = {
+        k: {m: v for m, v in meta.items() if isinstance(v, int | float | str)}
+        for k, meta in report.assets.items()
+    }
+    out.write_text(
+        json.dumps(
+            {"success": report.success, "error": report.error, "wall_s": wall, "assets": assets}
+        )
+    )
+
+
+def measured_run(config: Path, work: Path, label: str) -> dict[str, Any]:
+    out = work / f"{label}.json"
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", str(config), "--child-out", str(out)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if status != 0 or not out.exists():
+        raise SystemExit(f"{label}: the ingestion child failed (status {status})")
+    result = json.loads(out.read_text())
+    if not result["success"]:
+        raise SystemExit(f"{label}: {result['error']}")
+    assets = result["assets"]
+    row: dict[str, Any] = {
+        "run": label,
+        "wall_s": round(wall, 1),
+        "peak_rss_gb": round(usage.ru_maxrss / 1024 / 1024, 2),  # ru_maxrss is in KiB on Linux
+        "chunks": assets.get("chunks", {}).get("chunks", 0),
+        "embedded": assets.get("embeddings", {}).get("embedded", 0),
+        "writes": assets.get("store_sync", {}).get("writes", 0),
+    }
+    for step in (*STEPS, "vector_indexes"):
+        row[f"{step}_s"] = assets.get(step, {}).get("seconds")
+    row["vector_index"] = assets.get("vector_indexes", {}).get("vector_index")
+    return row
+
+
+def bench_size(n: int, root: Path, store: str) -> list[dict[str, Any]]:
+    work = root / f"n{n}"
+    work.mkdir(parents=True, exist_ok=True)
+    corpus = work / "corpus.jsonl"
+    t = time.perf_counter()
+    generate(corpus, n)
+    print(f"# generated {n:,} documents in {time.perf_counter() - t:.1f} s", flush=True)
+    config = work / "bench.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data_dir": str(work / "state"),
+                "collection": "scale",
+                "sources": [{"name": "scale", "path": str(corpus), "kind": "jsonl"}],
+                "embedder": {"kind": "hash", "dimension": 384},
+                "store": {"kind": store},
+            }
+        )
+    )
+    os.environ["DAGSTER_HOME"] = str(work / "dagster")
+    rows = []
+    for label in ("first run", "unchanged rerun"):
+        rows.append({"documents": n, **measured_run(config, work, label.replace(" ", "_"))})
+        print(f"# {n:,} {label}: {rows[-1]}", flush=True)
+    edited = edit_one_percent(corpus)
+    rows.append({"documents": n, **measured_run(config, work, "edited_rerun"), "edited": edited})
+    rows[-1]["run"] = f"1% edited rerun ({edited} docs)"
+    print(f"# {n:,} edited: {rows[-1]}", flush=True)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    def s(v: Any) -> str:
+        return "" if v is None else f"{v:.1f}" if isinstance(v, float) else str(v)
+
+    lines = [
+        "| documents | run | wall s | peak GB | source_documents s | parsed_blocks s | chunks s "
+        "| embeddings s | store_sync s | vector_indexes s | chunks | writes |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['documents']:,} | {r['run']} | {s(r['wall_s'])} | {s(r['peak_rss_gb'])} | "
+            + " | ".join(s(r.get(f"{k}_s")) for k in (*STEPS, "vector_indexes"))
+            + f" | {r['chunks']:,} | {r['writes']:,} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="5000,50000", help="Comma-separated document counts.")
+    parser.add_argument("--store", default="lancedb", choices=["lancedb", "memory", "qdrant"])
+    parser.add_argument("--keep", type=Path, help="Work folder to keep (default: a temp folder).")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child_run(args.child, args.child_out)
+        return
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        root = args.keep or Path(tmp)
+        for n in sizes:
+            rows.extend(bench_size(n, root, args.store))
+            (root / "bench_scale.json").write_text(json.dumps(rows, indent=1))
+    print(f"\nstore {args.store}, hash embedder (384-d), {os.cpu_count()} CPUs\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
