@@ -358,6 +358,8 @@ def _inspect_collection(settings: Settings, collection: str, as_json: bool) -> N
             "collection": collection,
             "store": store.kind,
             "manifest": manifest,
+            # Whether queries go through an ANN index or search exactly, and how stale it is.
+            "index": store.index_status(collection),
             "sources": {
                 k: {
                     "records": v["records"],
@@ -375,6 +377,11 @@ def _inspect_collection(settings: Settings, collection: str, as_json: bool) -> N
     console.print(
         f"[bold]{collection}[/] in {summary['store']}: embedder {manifest.get('embedder')} "
         f"({manifest.get('dimension')}-d, {manifest.get('metric')})"
+    )
+    index = summary["index"]
+    console.print(
+        f"ANN index: {index['ann_index'] or 'none (queries search exactly)'}; "
+        f"{index['unindexed_rows']} of {index['rows']} rows not in it"
     )
     table = Table("source", "documents", "records", "quarantined")
     for k, v in summary["sources"].items():

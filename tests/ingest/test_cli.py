@@ -91,6 +91,8 @@ def test_cli_round_trip(workspace: Workspace) -> None:
     summary = json.loads(coll.output)
     assert summary["manifest"]["embedder"] == "hash:v1:64"
     assert summary["sources"]["sample"]["records"] == len(workspace.records())
+    assert summary["index"]["rows"] == len(workspace.records())
+    assert summary["index"]["ann_index"] is None  # below the LanceDB threshold: exact search
 
     gone = runner.invoke(
         app, ["delete", "--collection", "docs", "--doc", first_doc, "--config", cfg]
