@@ -23,6 +23,7 @@ INGESTION_ASSETS = {
     "enrichments",
     "embeddings",
     "store_sync",
+    "vector_indexes",
 }
 
 
@@ -56,6 +57,9 @@ def test_sample_corpus_materialises_into_store(workspace: Workspace) -> None:
     assert (
         len(records) == report.assets["chunks"]["chunks"] == report.assets["store_sync"]["upserted"]
     )
+    # The index step ran after the sync and saw every record (below LanceDB's threshold: exact).
+    assert report.assets["vector_indexes"]["rows"] == len(records)
+    assert report.assets["vector_indexes"]["ann_index"] == "none (exact search)"
     assert {r["doc_id"] for r in records} == {
         p.relative_to(workspace.corpus).as_posix()
         for p in workspace.corpus.rglob("*")
