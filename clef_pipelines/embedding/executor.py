@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -87,21 +87,26 @@ class RayEmbedPool:
             gpus = 1.0 if self.ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
         self.run_id = uuid.uuid4().hex[:10]
         self.in_flight = ray_cfg.in_flight_per_actor
-        actor_cls = _embed_actor_class()
-        payload = config.model_dump_json()
-        self.actors = [
-            actor_cls.options(
-                name=f"{EMBED_ACTOR_PREFIX}{self.run_id}-{i}",
-                namespace=ray_cfg.namespace,
-                num_cpus=ray_cfg.num_cpus_per_actor,
-                num_gpus=gpus,
-            ).remote(payload)
-            for i in range(ray_cfg.num_actors)
-        ]
         self.num_gpus_per_actor = gpus
         self._pending: deque[Any] = deque()
+        self.actors: list[Any] = []
+        actor_cls = _embed_actor_class()
+        payload = config.model_dump_json()
+        try:
+            for i in range(ray_cfg.num_actors):
+                self.actors.append(
+                    actor_cls.options(
+                        name=f"{EMBED_ACTOR_PREFIX}{self.run_id}-{i}",
+                        namespace=ray_cfg.namespace,
+                        num_cpus=ray_cfg.num_cpus_per_actor,
+                        num_gpus=gpus,
+                    ).remote(payload)
+                )
+        except BaseException:
+            self.close()  # the actors already started must not outlive a failed start
+            raise
 
-    def map(self, batches: Sequence[Sequence[str]]) -> Iterator[np.ndarray]:
+    def map(self, batches: Iterable[Sequence[str]]) -> Iterator[np.ndarray]:
         """Embed every batch on the actors; yields the results in batch order."""
         pending = self._pending
         limit = len(self.actors) * self.in_flight
@@ -131,11 +136,11 @@ class RayEmbedPool:
         self.close()
 
 
-BatchRunner = Callable[[Sequence[Sequence[str]]], Iterator[np.ndarray]]
+BatchRunner = Callable[[Iterable[Sequence[str]]], Iterator[np.ndarray]]
 
 
 def local_batches(embedder: Embedder) -> BatchRunner:
-    def run(batches: Sequence[Sequence[str]]) -> Iterator[np.ndarray]:
+    def run(batches: Iterable[Sequence[str]]) -> Iterator[np.ndarray]:
         for batch in batches:
             yield embedder.embed(list(batch))
 
