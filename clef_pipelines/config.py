@@ -20,6 +20,7 @@ from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.embedding.executor import Executor, RayEmbedConfig
 from clef_pipelines.evals.config import EvalConfig
 from clef_pipelines.retrieval.config import RetrievalConfig
+from clef_pipelines.steering.config import SteeringConfig
 from clef_pipelines.stores.config import StoreConfig
 
 CONFIG_ENV = "CLEF_PIPELINES_CONFIG"
@@ -74,7 +75,10 @@ class ParsingConfig(StrictModel):
 
 
 class ChunkingConfig(StrictModel):
-    strategy: Literal["structural", "fixed"] = "structural"
+    strategy: Literal["structural", "fixed", "clef"] = Field(
+        "structural",
+        description="structural | fixed | clef (Clef places the cuts; structural on failure).",
+    )
     # Defaults fit the default embedder: all-MiniLM-L6-v2 reads 254 word pieces, and the
     # embedded text adds the title and section path (about 30) to the chunk's own tokens.
     min_tokens: int = Field(40, ge=1)
@@ -117,6 +121,7 @@ class Settings(StrictModel):
     retrieval: RetrievalConfig = RetrievalConfig()
     api: ApiConfig = ApiConfig()
     evals: EvalConfig = EvalConfig()
+    steering: SteeringConfig = SteeringConfig()
     refresh_cron: str = Field("0 3 * * *", description="Schedule that refreshes every source.")
     sync_batch_rows: int = Field(512, ge=1, description="Records per store upsert call.")
 

@@ -21,9 +21,12 @@ from clef_pipelines.ingest.documents import (
 )
 from clef_pipelines.ingest.progress import report as progress_report
 from clef_pipelines.ingest.sync import check_manifest, embed_chunks, sync_source
+from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.settings import PipelineSettings
 from clef_pipelines.resources.store import VectorStoreResource
+from clef_pipelines.steering import checks
+from clef_pipelines.steering.manifest import clef_enabled, steering_manifest
 
 GROUP = "ingestion"
 source_partitions = dg.DynamicPartitionsDefinition(name="sources")
@@ -128,26 +131,66 @@ def parsed_blocks(
     )
 
 
+def _check(name: str, result: tuple[bool, dict]) -> dg.AssetCheckResult:
+    passed, facts = result
+    return dg.AssetCheckResult(check_name=name, passed=passed, metadata=facts)
+
+
+def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(name, asset=asset, description=description)
+
+
 @dg.asset(
     **_COMMON,
     kinds={"python", "parquet"},
     description=(
-        "Parsed blocks with the paragraph-screen decision of each: keep, drop (boilerplate) or "
-        "quarantine (instructions aimed at an AI). The Clef screen fills these columns; until "
-        "it is enabled every block is kept (screen_mode 'off')."
+        "Parsed blocks with the paragraph-screen decision of each: keep, drop (boilerplate, "
+        "P >= steering.screen.drop_boilerplate_at) or quarantine (instructions aimed at an AI: "
+        "the offline guard, and Clef when a backend is configured). Both judges' probabilities "
+        "(p_boilerplate, p_instructs_ai, p_guard), decision, screen_action and decided_by."
     ),
+    check_specs=[
+        _spec(
+            "screen_rates_within_bounds",
+            "screened_paragraphs",
+            "Quarantine and drop rates of the partition within steering.checks bounds.",
+        )
+    ],
 )
 def screened_paragraphs(
+    pipeline_settings: PipelineSettings,
+    clef: ClefResource,
     parsed_blocks: pl.DataFrame,
-) -> dg.Output[pl.DataFrame]:
-    screened = stages.screen_paragraphs(parsed_blocks)
-    return dg.Output(
-        screened,
+):  # MaterializeResult with the frame as value
+    settings = pipeline_settings.settings
+    steering = stages.open_steering(settings, clef.client if parsed_blocks.height else None)
+    try:
+        screened, report = stages.screen_paragraphs(parsed_blocks, steering)
+    finally:
+        steering.close()
+    return dg.MaterializeResult(
+        value=screened,
         metadata={
             "blocks": screened.height,
+            "screened": report.screened,
             "actions": dg.MetadataValue.json(stages.counts_by(screened, "screen_action")),
-            "screen_mode": "off",
+            "decisions": dg.MetadataValue.json(report.decisions),
+            "screen": report.clef,
+            "guard": report.guard,
+            "judges": report.judges,
+            "needs_rescreen": report.needs_rescreen,
+            "failed_requests": dg.MetadataValue.json(report.failures),
+            "clef_requests": report.requests,
+            "clef_input_tokens": report.input_tokens,
+            "cached_answers": report.cached_answers,
+            "seconds": report.seconds,
         },
+        check_results=[
+            _check(
+                "screen_rates_within_bounds",
+                checks.screen_rates(screened, settings.steering.checks),
+            )
+        ],
     )
 
 
@@ -156,21 +199,63 @@ def screened_paragraphs(
     kinds={"python", "parquet"},
     description=(
         "Chunks of the new and changed documents: `text` for the LLM, `embed_text` (title, "
-        "section path, text) for the embedder, deterministic ids and full provenance."
+        "section path, text) for the embedder, deterministic ids and full provenance. Each "
+        "quarantined paragraph is a record of its own (`quarantined`)."
     ),
+    check_specs=[
+        _spec("chunks_within_max_tokens", "chunks", "No retrievable chunk over max_tokens.")
+    ],
 )
 def chunks(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
+    clef: ClefResource,
     screened_paragraphs: pl.DataFrame,
-) -> dg.Output[pl.DataFrame]:
+):  # MaterializeResult with the frame as value
     started = time.perf_counter()
     settings = pipeline_settings.settings
-    frame, failures = stages.chunk_documents(settings, context.partition_key, screened_paragraphs)
+    chunker = None
+    extra: dict = {}
+    if settings.chunking.strategy == "clef" and screened_paragraphs.height:
+        steering = stages.open_steering(settings, clef.client)
+        try:
+            chunker = stages.clef_chunker(settings, screened_paragraphs, steering)
+        finally:
+            steering.close()
+    frame, failures = stages.chunk_documents(
+        settings, context.partition_key, screened_paragraphs, chunker
+    )
+    if chunker is not None:
+        r = chunker.report
+        extra = {
+            "clef_chunking": dg.MetadataValue.json(
+                {
+                    "documents": r.documents,
+                    "documents_structural_fallback": r.documents_fallback,
+                    "fallback_reasons": r.fallback_reasons,
+                    "pairs": r.pairs,
+                    "requests": r.requests,
+                    "cached_answers": r.cached_answers,
+                }
+            )
+        }
+        if r.documents_fallback:
+            context.log.warning(
+                f"{r.documents_fallback} document(s) chunked structural instead of clef: "
+                + "; ".join(r.fallback_reasons)
+            )
     tokens = frame["tokens"] if frame.height else pl.Series([], dtype=pl.Int64)
-    return dg.Output(
-        frame,
+    return dg.MaterializeResult(
+        value=frame,
+        check_results=[
+            _check(
+                "chunks_within_max_tokens",
+                checks.chunk_sizes(frame, settings.chunking.max_tokens),
+            )
+        ],
         metadata={
+            **extra,
+            "quarantined_records": int(frame["quarantined"].sum() or 0) if frame.height else 0,
             "chunker": settings.chunking.strategy,
             "documents": frame["doc_id"].n_unique() if frame.height else 0,
             "chunks": frame.height,
@@ -188,13 +273,54 @@ def chunks(
     **_COMMON,
     kinds={"python", "parquet"},
     description=(
-        "Chunks with their enrichment columns (quality, taxonomy tags, custom answers). The "
-        "Clef enrichment fills them; until it is enabled they are empty (enrich_mode 'off')."
+        "Chunks with their Clef enrichment: quality probabilities (q_low_information, "
+        "q_boilerplate, q_instructs_ai, q_self_contained; drop and quarantine by "
+        "steering.enrich thresholds), taxonomy tags (tag_<field>, p_tag_<field>) and custom "
+        "answers (x_<name>). Chunks pass unchanged when Clef is off; failed ones carry "
+        "needs_reenrich."
     ),
+    check_specs=[
+        _spec(
+            "enrichment_drop_rate_within_bounds",
+            "enrichments",
+            "Share of chunks the enrichment dropped within steering.checks.max_drop_rate.",
+        )
+    ],
 )
-def enrichments(chunks: pl.DataFrame) -> dg.Output[pl.DataFrame]:
-    enriched = stages.enrich_chunks(chunks)
-    return dg.Output(enriched, metadata={"chunks": enriched.height, "enrich_mode": "off"})
+def enrichments(
+    pipeline_settings: PipelineSettings, clef: ClefResource, chunks: pl.DataFrame
+):  # MaterializeResult with the frame as value
+    settings = pipeline_settings.settings
+    steering = stages.open_steering(settings, clef.client if chunks.height else None)
+    try:
+        enriched, report = stages.enrich_chunks(chunks, steering)
+    finally:
+        steering.close()
+    return dg.MaterializeResult(
+        value=enriched,
+        metadata={
+            "chunks": enriched.height,
+            "enrich": report.mode,
+            "asked": report.asked,
+            "decisions": dg.MetadataValue.json(report.decisions),
+            "dropped": report.dropped,
+            "quarantined": report.quarantined,
+            "needs_reenrich": report.needs_reenrich,
+            "failed_requests": dg.MetadataValue.json(report.failures),
+            "tags": dg.MetadataValue.json(report.tags),
+            "enrich_version": report.version or "",
+            "clef_requests": report.requests,
+            "clef_input_tokens": report.input_tokens,
+            "cached_answers": report.cached_answers,
+            "seconds": report.seconds,
+        },
+        check_results=[
+            _check(
+                "enrichment_drop_rate_within_bounds",
+                checks.enrichment_drop_rate(chunks.height, enriched, settings.steering.checks),
+            )
+        ],
+    )
 
 
 @dg.asset(
@@ -204,6 +330,7 @@ def enrichments(chunks: pl.DataFrame) -> dg.Output[pl.DataFrame]:
         "Chunk vectors. Only chunks whose id (a hash of the embedded text) is not already in "
         "the store are embedded; the rest reuse their stored vector."
     ),
+    check_specs=[_spec("every_chunk_embedded", "embeddings", "Every chunk has a finite vector.")],
 )
 def embeddings(
     context: dg.AssetExecutionContext,
@@ -211,7 +338,7 @@ def embeddings(
     vector_store: VectorStoreResource,
     embedder: EmbedderResource,
     enrichments: pl.DataFrame,
-) -> dg.Output[pl.DataFrame]:
+):  # MaterializeResult with the frame as value
     started = time.perf_counter()
     settings = pipeline_settings.settings
     source = settings.source(context.partition_key)
@@ -237,8 +364,9 @@ def embeddings(
             f"({emb.max_input_tokens} word pieces): their tails are not in their vectors; "
             "lower chunking.max_tokens"
         )
-    return dg.Output(
-        frame,
+    return dg.MaterializeResult(
+        value=frame,
+        check_results=[_check("every_chunk_embedded", checks.all_embedded(frame, emb.dimension))],
         metadata={
             "embedder": emb.name,
             "dimension": emb.dimension if frame.height else 0,
@@ -261,6 +389,19 @@ def embeddings(
         "The source's records in the vector store: new and changed chunks upserted, stale and "
         "removed ones deleted, the collection manifest written. Other sources are untouched."
     ),
+    check_specs=[
+        _spec(
+            "no_removed_documents_stored",
+            "store_sync",
+            "The store holds no record of a document the source no longer has.",
+        ),
+        _spec(
+            "queries_never_return_quarantined",
+            "store_sync",
+            "Querying with each quarantined record's own vector never returns a quarantined "
+            "record.",
+        ),
+    ],
 )
 def store_sync(
     context: dg.AssetExecutionContext,
@@ -283,6 +424,7 @@ def store_sync(
         embeddings,
         embedder.get(),
         chunker=settings.chunking.strategy,
+        steering=steering_manifest(settings.steering, clef_enabled=clef_enabled(settings)),
         batch_rows=settings.sync_batch_rows,
         progress=lambda done, total: progress_report("sync", done, total),
     )
@@ -300,7 +442,17 @@ def store_sync(
             "collection_records": total,
             "maintenance": dg.MetadataValue.json(report.maintenance),
             "seconds": round(time.perf_counter() - started, 3),
-        }
+        },
+        check_results=[
+            _check(
+                "no_removed_documents_stored",
+                checks.no_removed_documents(store, collection, source.name, source_documents),
+            ),
+            _check(
+                "queries_never_return_quarantined",
+                checks.quarantine_hidden(store, collection, source.name),
+            ),
+        ],
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-ChunkerName = Literal["structural", "fixed"]
+ChunkerName = Literal["structural", "fixed", "clef"]
 SECTION_SEPARATOR = " > "
 
 

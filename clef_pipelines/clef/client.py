@@ -429,6 +429,10 @@ class SyncClefClient:
         fut: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return fut.result()
 
+    def run(self, coro: Any) -> Any:
+        """Run a coroutine that uses `self.client` (packed asks, say) on the client's loop."""
+        return self._run(coro)
+
     @property
     def enabled(self) -> bool:
         return self.client.enabled

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from clef_pipelines.clef.client import resolve_backend
 from clef_pipelines.config import Settings
 from clef_pipelines.records import PIPELINE_VERSION, sha256_hex
 from clef_pipelines.stores.base import VectorStore
@@ -26,8 +27,12 @@ NEW, CHANGED, UNCHANGED, REPAIR, REMOVED, FAILED = (
     "removed",
     "failed",
 )
+#: An unchanged document with records a failed Clef call left `needs_rescreen` or
+#: `needs_reenrich`: processed again, and only its unanswered texts are asked (the rest of its
+#: answers come from the per-text cache, its unchanged chunks keep their vectors).
+RESCREEN = "rescreen"
 #: Statuses whose documents are parsed, chunked, embedded and synced.
-TO_PROCESS = (NEW, CHANGED, REPAIR)
+TO_PROCESS = (NEW, CHANGED, REPAIR, RESCREEN)
 
 INVENTORY_SCHEMA = {
     "source": pl.Utf8,
@@ -47,6 +52,8 @@ class StoredDocument:
     hashes: set[str] = field(default_factory=set)
     expected_counts: set[int] = field(default_factory=set)
     records: int = 0
+    #: Some record still waits for a Clef answer (needs_rescreen / needs_reenrich).
+    needs_asking: bool = False
 
     @property
     def complete(self) -> bool:
@@ -64,6 +71,10 @@ def pipeline_fingerprint(settings: Settings, embedder_name: str) -> str:
         "chunking": settings.chunking.model_dump(mode="json"),
         "encodings": settings.parsing.encodings,
         "embedder": embedder_name,
+        # Decisions change which chunks exist: a new threshold re-decides each document (from
+        # cached answers), and switching Clef on or off re-screens with the judges now at hand.
+        "steering": settings.steering.decision_fingerprint(),
+        "clef": resolve_backend(settings.clef)[0],
     }
     return sha256_hex(json.dumps(payload, sort_keys=True))[:16]
 
@@ -78,9 +89,12 @@ def stored_documents(store: VectorStore, collection: str, source: str) -> dict[s
         return {}
     docs: dict[str, StoredDocument] = {}
     for rec in store.scan(
-        collection, where={"source": source}, fields=["doc_id", "doc_hash", "doc_chunk_count"]
+        collection,
+        where={"source": source},
+        fields=["doc_id", "doc_hash", "doc_chunk_count", "needs_rescreen", "needs_reenrich"],
     ):
         doc = docs.setdefault(rec["doc_id"], StoredDocument())
+        doc.needs_asking |= bool(rec.get("needs_rescreen") or rec.get("needs_reenrich"))
         doc.hashes.add(rec.get("doc_hash") or "")
         doc.expected_counts.add(int(rec.get("doc_chunk_count") or -1))
         doc.records += 1
@@ -124,10 +138,10 @@ def plan_inventory(
             status = NEW
         elif not before.complete:
             status = REPAIR
-        elif entry.doc_hash not in before.hashes:
+        elif entry.doc_hash not in before.hashes or force:
             status = CHANGED
         else:
-            status = CHANGED if force else UNCHANGED
+            status = RESCREEN if before.needs_asking else UNCHANGED
         rows.append(_row(source, entry, status, None, None))
     for doc_id in sorted(set(stored) - seen):
         rows.append(
@@ -159,7 +173,7 @@ def _row(
 
 
 def status_counts(inventory: pl.DataFrame) -> dict[str, int]:
-    counts = {s: 0 for s in (NEW, CHANGED, REPAIR, UNCHANGED, REMOVED, FAILED)}
+    counts = {s: 0 for s in (NEW, CHANGED, REPAIR, RESCREEN, UNCHANGED, REMOVED, FAILED)}
     for status, n in inventory.group_by("status").len().iter_rows():
         counts[status] = int(n)
     return counts

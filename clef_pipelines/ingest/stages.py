@@ -8,24 +8,37 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
-from clef_pipelines.chunking import chunk_blocks
+from clef_pipelines.chunking import chunk_blocks, count_tokens_batch
+from clef_pipelines.chunking.models import Chunk, make_embed_text, section_path_of
+from clef_pipelines.chunking.units import render
+from clef_pipelines.clef.client import SyncClefClient
 from clef_pipelines.config import Settings, SourceConfig
 from clef_pipelines.ingest.documents import TO_PROCESS, EntryState, document_hash
 from clef_pipelines.parsing import parse_document
 from clef_pipelines.parsing.loaders import iter_source_entries, resolve_source_path
 from clef_pipelines.parsing.models import Block, ParseError
 from clef_pipelines.records import (
+    CHUNK_SCHEMA,
     PIPELINE_VERSION,
     content_hash,
     metadata_field,
     record_id,
     sha256_hex,
 )
+from clef_pipelines.steering.clef_chunking import ClefChunker
+from clef_pipelines.steering.enrich import EnrichReport
+from clef_pipelines.steering.enrich import enrich_chunks as enrich_frame
+from clef_pipelines.steering.runtime import Steering
+from clef_pipelines.steering.screen import QUARANTINE, ScreenReport, screen_blocks
+
+#: A chunker over one document's kept blocks: (blocks, title, doc_id) -> chunks.
+ChunkerFn = Callable[[list[Block], str, str], list[Chunk]]
 
 FAILURE_SCHEMA = {"doc_id": pl.Utf8, "reason": pl.Utf8, "error": pl.Utf8}
 
@@ -44,28 +57,6 @@ BLOCK_SCHEMA = {
     "char_start": pl.Int64,
     "char_end": pl.Int64,
     "verbatim": pl.Boolean,
-}
-
-CHUNK_SCHEMA = {
-    "id": pl.Utf8,
-    "source": pl.Utf8,
-    "doc_id": pl.Utf8,
-    "source_uri": pl.Utf8,
-    "title": pl.Utf8,
-    "section_path": pl.Utf8,
-    "chunk_index": pl.Int64,
-    "char_start": pl.Int64,
-    "char_end": pl.Int64,
-    "tokens": pl.Int64,
-    "content_hash": pl.Utf8,
-    "doc_hash": pl.Utf8,
-    "doc_chunk_count": pl.Int64,
-    "chunker": pl.Utf8,
-    "pipeline_version": pl.Utf8,
-    "ingested_at": pl.Utf8,
-    "text": pl.Utf8,
-    "embed_text": pl.Utf8,
-    "quarantined": pl.Boolean,
 }
 
 
@@ -167,19 +158,11 @@ def parse_source(
     )
 
 
-def screen_paragraphs(blocks: pl.DataFrame) -> pl.DataFrame:
-    """The seam for the Clef paragraph screen: every block kept until it is enabled.
-
-    Columns: screen_action (keep / drop / quarantine), screen_reason, p_boilerplate,
-    p_injection (probabilities from Clef), screen_mode (on / shadow / off).
-    """
-    return blocks.with_columns(
-        pl.lit("keep").alias("screen_action"),
-        pl.lit(None, dtype=pl.Utf8).alias("screen_reason"),
-        pl.lit(None, dtype=pl.Float64).alias("p_boilerplate"),
-        pl.lit(None, dtype=pl.Float64).alias("p_injection"),
-        pl.lit("off").alias("screen_mode"),
-    )
+def screen_paragraphs(
+    blocks: pl.DataFrame, steering: Steering
+) -> tuple[pl.DataFrame, ScreenReport]:
+    """The paragraph screen (see `steering.screen`): keep / drop / quarantine per block."""
+    return screen_blocks(blocks, steering)
 
 
 def _blocks_of(group: pl.DataFrame) -> list[Block]:
@@ -198,10 +181,60 @@ def _blocks_of(group: pl.DataFrame) -> list[Block]:
     ]
 
 
+def _quarantined_pieces(group: pl.DataFrame, title: str, doc_id: str, chunker: str) -> list[Chunk]:
+    """Each quarantined block alone, as its own record (left out of queries unless asked)."""
+    if group.height == 0:
+        return []
+    blocks = _blocks_of(group)
+    texts = [render(b) for b in blocks]
+    tokens = count_tokens_batch(texts)
+    out: list[Chunk] = []
+    for b, text, n in zip(blocks, texts, tokens, strict=True):
+        section = section_path_of(b.heading_path)
+        out.append(
+            Chunk(
+                doc_id=doc_id,
+                chunk_index=0,
+                text=text,
+                embed_text=make_embed_text(title, section, text),
+                section_path=section,
+                char_start=b.char_start,
+                char_end=b.char_end,
+                tokens=n,
+                chunker=chunker,  # type: ignore[arg-type]
+            )
+        )
+    return out
+
+
+def _block_facts(rows: list[dict], start: int, end: int, whole_doc: bool) -> dict:
+    """Steering facts a chunk inherits from the blocks it covers (by offsets; the whole
+    document when offsets are unknown): the highest probabilities, and needs_rescreen."""
+    if whole_doc or start < 0:
+        covered = rows
+    else:
+        covered = [r for r in rows if r["char_start"] < end and r["char_end"] > start] or rows
+    p_ai = [r["p_instructs_ai"] for r in covered if r.get("p_instructs_ai") is not None]
+    p_guard = [r["p_guard"] for r in covered if r.get("p_guard") is not None]
+    return {
+        "p_instructs_ai": max(p_ai) if p_ai else None,
+        "p_guard": max(p_guard) if p_guard else None,
+        "needs_rescreen": any(bool(r.get("needs_rescreen")) for r in covered),
+    }
+
+
 def chunk_documents(
-    settings: Settings, source: str, screened: pl.DataFrame
+    settings: Settings,
+    source: str,
+    screened: pl.DataFrame,
+    chunker: ChunkerFn | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Chunk each document's kept blocks; returns (chunks, failures)."""
+    """Chunk each document's kept blocks; each quarantined block becomes a record of its own
+    (`quarantined`); dropped blocks are left out. Returns (chunks, failures).
+
+    `chunker(blocks, title, doc_id)` replaces the configured structural / fixed chunker (the
+    Clef chunker plugs in here).
+    """
     cfg = settings.chunking
     now = datetime.now(UTC).isoformat(timespec="seconds")
     rows: list[dict] = []
@@ -209,14 +242,21 @@ def chunk_documents(
     meta_types: dict[str, pl.DataType] = {}
     if screened.height == 0:
         return pl.DataFrame(schema=CHUNK_SCHEMA), pl.DataFrame(schema=FAILURE_SCHEMA)
+    if "screen_action" not in screened.columns:
+        screened = screened.with_columns(pl.lit("keep").alias("screen_action"))
     kept = screened.filter(pl.col("screen_action") != "drop")
     for (doc_id,), group in kept.group_by(["doc_id"], maintain_order=True):
         first = group.row(0, named=True)
-        quarantined_rows = group["screen_action"] == "quarantine"
+        quarantined_rows = group["screen_action"] == QUARANTINE
+        block_rows = group.filter(~quarantined_rows).to_dicts()
         try:
-            pieces = chunk_blocks(
-                _blocks_of(group.filter(~quarantined_rows)), first["title"], doc_id, cfg
-            )
+            kept_blocks = _blocks_of(group.filter(~quarantined_rows))
+            if chunker is not None:
+                pieces = chunker(kept_blocks, first["title"], doc_id)
+            else:
+                pieces = chunk_blocks(kept_blocks, first["title"], doc_id, cfg)
+            alone_rows = group.filter(quarantined_rows)
+            alone = _quarantined_pieces(alone_rows, first["title"], doc_id, cfg.strategy)
         except Exception as exc:  # one broken document never stops the batch
             failures.append(
                 {"doc_id": doc_id, "reason": "chunking", "error": f"{type(exc).__name__}: {exc}"}
@@ -224,10 +264,27 @@ def chunk_documents(
             continue
         metadata = json.loads(first["metadata_json"] or "{}")
         seen: Counter[str] = Counter()
-        for index, piece in enumerate(pieces):
+        total = len(pieces) + len(alone)
+        whole_doc = any(r["char_start"] < 0 for r in block_rows)
+        block_of_alone = {
+            id(piece): r for piece, r in zip(alone, alone_rows.to_dicts(), strict=True)
+        }
+        for index, piece in enumerate([*pieces, *alone]):
             chash = content_hash(piece.embed_text)
             occurrence = seen[chash]
             seen[chash] += 1
+            alone_block = block_of_alone.get(id(piece))
+            is_quarantined = alone_block is not None
+            if alone_block is not None:
+                facts = {
+                    "p_instructs_ai": alone_block.get("p_instructs_ai"),
+                    "p_guard": alone_block.get("p_guard"),
+                    "needs_rescreen": bool(alone_block.get("needs_rescreen")),
+                    "quarantine_reason": alone_block.get("screen_reason"),
+                    "decided_by": alone_block.get("decided_by"),
+                }
+            else:
+                facts = _block_facts(block_rows, piece.char_start, piece.char_end, whole_doc)
             row = {
                 "id": record_id(f"{source}\x1f{doc_id}", chash, occurrence),
                 "source": source,
@@ -241,13 +298,18 @@ def chunk_documents(
                 "tokens": piece.tokens,
                 "content_hash": chash,
                 "doc_hash": first["doc_hash"],
-                "doc_chunk_count": len(pieces),
+                "doc_chunk_count": total,
                 "chunker": piece.chunker,
                 "pipeline_version": PIPELINE_VERSION,
                 "ingested_at": now,
                 "text": piece.text,
                 "embed_text": piece.embed_text,
-                "quarantined": False,
+                "quarantined": is_quarantined,
+                "quarantine_reason": None,
+                "decided_by": None,
+                "needs_reenrich": False,
+                "enrich_version": None,
+                **facts,
             }
             for key, value in metadata.items():
                 if isinstance(value, (dict, list)):
@@ -273,14 +335,35 @@ def _dtype_of(value: object) -> pl.DataType:
     return pl.Utf8()
 
 
-def enrich_chunks(chunks: pl.DataFrame) -> pl.DataFrame:
-    """The seam for Clef enrichment: quality, taxonomy tags and custom answers, empty for now."""
-    return chunks.with_columns(
-        pl.lit(None, dtype=pl.Float64).alias("enrich_quality"),
-        pl.lit(None, dtype=pl.Utf8).alias("enrich_tags"),
-        pl.lit(None, dtype=pl.Utf8).alias("enrich_answers_json"),
-        pl.lit("off").alias("enrich_mode"),
+def open_steering(settings: Settings, clef: SyncClefClient | None) -> Steering:
+    """The run's steering: the shared Clef client (None or off: the guard judges alone), the
+    per-text answer cache under data_dir, the guard loaded on first use."""
+    return Steering(
+        settings.steering, clef=clef, data_dir=settings.data_path, base_dir=settings.base_dir
     )
+
+
+def kept_documents(screened: pl.DataFrame) -> list[tuple[str, list[Block]]]:
+    """Each document's blocks that chunking sees (neither dropped nor quarantined)."""
+    if screened.height == 0:
+        return []
+    kept = screened.filter(~pl.col("screen_action").is_in(["drop", QUARANTINE]))
+    return [
+        (doc_id, _blocks_of(group))
+        for (doc_id,), group in kept.group_by(["doc_id"], maintain_order=True)
+    ]
+
+
+def clef_chunker(settings: Settings, screened: pl.DataFrame, steering: Steering) -> ClefChunker:
+    """The Clef chunker with every sentence pair of the run asked up front, packed."""
+    chunker = ClefChunker(steering, settings.chunking)
+    chunker.prepare(kept_documents(screened))
+    return chunker
+
+
+def enrich_chunks(chunks: pl.DataFrame, steering: Steering) -> tuple[pl.DataFrame, EnrichReport]:
+    """Chunk enrichment (see `steering.enrich`)."""
+    return enrich_frame(chunks, steering, steering.taxonomy())
 
 
 def counts_by(frame: pl.DataFrame, column: str) -> dict[str, int]:

@@ -22,8 +22,14 @@ import polars as pl
 from clef_pipelines import __version__
 from clef_pipelines.embedding.base import Embedder
 from clef_pipelines.embedding.executor import BatchRunner, local_batches
-from clef_pipelines.ingest.documents import CHANGED, REMOVED, REPAIR
-from clef_pipelines.records import FILTER_FIELDS, PIPELINE_VERSION, RECORD_FIELDS
+from clef_pipelines.ingest.documents import CHANGED, REMOVED, REPAIR, RESCREEN
+from clef_pipelines.records import (
+    FILTER_FIELDS,
+    PIPELINE_VERSION,
+    RECORD_FIELDS,
+    field_type_of,
+    is_payload_column,
+)
 from clef_pipelines.stores.base import CollectionSpec, FieldType, VectorStore
 
 # Defined beside the stores so the query path need not import this module (and polars).
@@ -35,26 +41,19 @@ KILL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_KILL_AFTER_UPSERTS"
 ProgressFn = Callable[[int, int], None]
 
 
-def _field_type(dtype: pl.DataType) -> FieldType:
-    if dtype == pl.Boolean:
-        return "bool"
-    if dtype.is_integer():
-        return "int"
-    if dtype.is_float():
-        return "float"
-    return "str"
 
 
 def payload_columns(frame: pl.DataFrame) -> list[str]:
-    """The columns that become stored payload: provenance fields and user metadata."""
-    return [c for c in frame.columns if c in RECORD_FIELDS or c.startswith("m_")]
+    """The columns that become stored payload: the declared record fields and the dynamic
+    families (user metadata, enrichment answers, tags)."""
+    return [c for c in frame.columns if is_payload_column(c)]
 
 
 def collection_spec(name: str, embedder: Embedder, frame: pl.DataFrame) -> CollectionSpec:
     fields: dict[str, FieldType] = dict(RECORD_FIELDS)
-    for col in frame.columns:
-        if col.startswith("m_"):
-            fields[col] = _field_type(frame.schema[col])
+    for col in payload_columns(frame):
+        if col not in fields:
+            fields[col] = field_type_of(frame.schema[col])
     return CollectionSpec(
         name=name,
         dimension=embedder.dimension,
@@ -189,6 +188,7 @@ def sync_source(
     embedder: Embedder,
     *,
     chunker: str,
+    steering: dict[str, Any] | None = None,
     batch_rows: int = 512,
     progress: ProgressFn | None = None,
 ) -> SyncReport:
@@ -215,7 +215,7 @@ def sync_source(
 
     # Stale chunks exist only for documents that were stored before.
     needs_stale = set(
-        inventory.filter(pl.col("status").is_in([CHANGED, REPAIR]))["doc_id"].to_list()
+        inventory.filter(pl.col("status").is_in([CHANGED, REPAIR, RESCREEN]))["doc_id"].to_list()
     )
     if needs_stale and embedded.height:
         current = embedded.filter(pl.col("doc_id").is_in(list(needs_stale)))
@@ -247,6 +247,8 @@ def sync_source(
     sources = dict(manifest.get("sources") or {})
     sources[source] = {
         "chunker": chunker,
+        # How the source was screened and enriched (see steering.manifest.screened_at_ingest).
+        "steering": steering or {},
         "synced_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     manifest.update(

@@ -1,0 +1,108 @@
+"""The ingestion asset checks as plain functions: each returns (passed, facts for the UI).
+
+The Dagster layer turns each into an `AssetCheckResult` on the asset it checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from clef_pipelines.steering.config import ChecksConfig
+from clef_pipelines.stores.base import VectorStore
+
+Check = tuple[bool, dict[str, Any]]
+
+
+def screen_rates(screened: pl.DataFrame, bounds: ChecksConfig) -> Check:
+    """Quarantine and drop rates of the partition's screened blocks within the bounds."""
+    judged = screened.filter(pl.col("screened")) if "screened" in screened.columns else screened
+    n = judged.height
+    actions = judged["screen_action"].to_list() if n else []
+    q = actions.count("quarantine") / n if n else 0.0
+    d = actions.count("drop") / n if n else 0.0
+    passed = q <= bounds.max_quarantine_rate and d <= bounds.max_drop_rate
+    return passed, {
+        "screened_blocks": n,
+        "quarantine_rate": round(q, 4),
+        "drop_rate": round(d, 4),
+        "max_quarantine_rate": bounds.max_quarantine_rate,
+        "max_drop_rate": bounds.max_drop_rate,
+    }
+
+
+def enrichment_drop_rate(before: int, after: pl.DataFrame, bounds: ChecksConfig) -> Check:
+    """Share of chunks the enrichment dropped, within the drop bound."""
+    d = (before - after.height) / before if before else 0.0
+    return d <= bounds.max_drop_rate, {
+        "chunks_in": before,
+        "chunks_out": after.height,
+        "drop_rate": round(d, 4),
+        "max_drop_rate": bounds.max_drop_rate,
+    }
+
+
+def chunk_sizes(chunks: pl.DataFrame, max_tokens: int) -> Check:
+    """No retrievable chunk over max_tokens (a quarantined block is stored whole, as found)."""
+    live = chunks.filter(~pl.col("quarantined")) if chunks.height else chunks
+    over = live.filter(pl.col("tokens") > max_tokens) if live.height else live
+    return over.height == 0, {
+        "chunks": live.height,
+        "over_max_tokens": over.height,
+        "max_tokens": max_tokens,
+        "largest": int(live["tokens"].max() or 0) if live.height else 0,
+        "examples": over["id"].head(5).to_list() if over.height else [],
+    }
+
+
+def all_embedded(embedded: pl.DataFrame, dimension: int) -> Check:
+    """Every chunk has a finite vector of the embedder's dimension."""
+    if embedded.height == 0:
+        return True, {"chunks": 0, "missing_or_bad": 0}
+    bad = 0
+    for v in embedded["vector"].to_list():
+        if v is None or len(v) != dimension or not np.all(np.isfinite(np.asarray(v, dtype=float))):
+            bad += 1
+    return bad == 0, {"chunks": embedded.height, "missing_or_bad": bad, "dimension": dimension}
+
+
+def no_removed_documents(
+    store: VectorStore, collection: str, source: str, inventory: pl.DataFrame
+) -> Check:
+    """The store holds no record of a document the source no longer has."""
+    if not store.has_collection(collection):
+        return True, {"stored_documents": 0, "stale_documents": 0}
+    present = {
+        r["doc_id"] for r in store.scan(collection, where={"source": source}, fields=["doc_id"])
+    }
+    current = set(inventory.filter(pl.col("status") != "removed")["doc_id"].to_list())
+    stale = sorted(present - current)
+    return not stale, {
+        "stored_documents": len(present),
+        "stale_documents": len(stale),
+        "examples": stale[:5],
+    }
+
+
+def quarantine_hidden(store: VectorStore, collection: str, source: str, limit: int = 20) -> Check:
+    """Querying with each quarantined record's own vector (the nearest any query can get)
+    never returns a quarantined record."""
+    if not store.has_collection(collection):
+        return True, {"quarantined_records": 0, "probes": 0, "leaked": 0}
+    ids = store.list_ids(collection, where={"source": source, "quarantined": True})
+    probes = store.get(collection, ids[:limit], with_vectors=True) if ids else []
+    if not probes:  # still prove the filter on one ordinary record
+        some = store.list_ids(collection, where={"source": source})[:1]
+        probes = store.get(collection, some, with_vectors=True) if some else []
+    leaked: list[str] = []
+    for rec in probes:
+        for hit in store.query(collection, rec["vector"], top_k=10):
+            if hit.record.get("quarantined"):
+                leaked.append(hit.id)
+    return not leaked, {
+        "quarantined_records": len(ids),
+        "probes": len(probes),
+        "leaked": len(leaked),
+    }

@@ -1,0 +1,195 @@
+"""What the steering stages share in a run: the Clef client, a per-subject answer cache and the
+offline guard.
+
+The per-subject cache is why an unchanged text is never asked again: answers are stored per
+(backend, model, ask wording, text), so a document edited in one place re-asks only the
+paragraphs and chunks whose text changed, whatever requests they were packed into before;
+and a changed threshold re-decides from the cached probabilities without a request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from pydantic import TypeAdapter
+
+from clef_pipelines.clef.cache import AnswerCache
+from clef_pipelines.clef.client import ClefClient, SyncClefClient, _cache_id
+from clef_pipelines.clef.wire import Answer
+from clef_pipelines.steering.config import SteeringConfig, Taxonomy
+from clef_pipelines.steering.packing import Ask, Subject, ask_packed
+from clef_pipelines.steering.questions import ask_fingerprint
+
+if TYPE_CHECKING:
+    from clef_pipelines.steering.guard import InjectionGuard
+
+log = logging.getLogger("clef_pipelines.steering")
+_ANSWER = TypeAdapter(Answer)
+CACHE_FILE = "steering-answers.sqlite3"
+
+
+@dataclass
+class Asked:
+    """Answers per subject key and ask name, subjects that failed (with the reason), and what
+    it cost: requests sent, input tokens reported, answers served from the subject cache."""
+
+    answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    requests: int = 0
+    input_tokens: int = 0
+    cached: int = 0
+
+
+class Steering:
+    """One per run: `clef` may be None (or disabled), then only the guard judges."""
+
+    def __init__(
+        self,
+        cfg: SteeringConfig,
+        *,
+        clef: SyncClefClient | None = None,
+        data_dir: str | Path | None = None,
+        base_dir: str | Path = ".",
+        guard: InjectionGuard | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.clef = clef
+        self.base_dir = Path(base_dir)
+        self._taxonomy: Taxonomy | None = None
+        self._guard = guard
+        self._guard_error: str | None = None
+        self.cache: AnswerCache | None = None
+        if data_dir is not None and self.clef_enabled:
+            self.cache = AnswerCache(Path(data_dir) / CACHE_FILE)
+
+    @property
+    def clef_enabled(self) -> bool:
+        return self.clef is not None and self.clef.enabled
+
+    def taxonomy(self) -> Taxonomy:
+        """The enrichment taxonomy (inline, or read from `enrich.taxonomy_file` once)."""
+        if self._taxonomy is None:
+            self._taxonomy = self.cfg.enrich.resolved_taxonomy(self.base_dir)
+        return self._taxonomy
+
+    # ---- Clef -------------------------------------------------------------------------
+
+    def _key(self, client: ClefClient, ask: Ask, text: str) -> str:
+        material = "\x1f".join(
+            [_cache_id(client.backend), client.backend.model, ask_fingerprint(ask), text]
+        )
+        return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+    def ask(
+        self,
+        subjects: Sequence[Subject],
+        asks: Sequence[Ask],
+        *,
+        layout: str = "state_key",
+        max_subjects_per_request: int | None = None,
+    ) -> Asked:
+        """Ask what the cache does not already hold, packed; answers keyed by subject key."""
+        if self.clef is None or not self.clef.enabled:
+            raise RuntimeError("Clef is off: check Steering.clef_enabled before asking")
+        client = self.clef.client
+        by_name = {a.name: a for a in asks}
+        out = Asked()
+        todo: list[Subject] = []
+        keys: dict[tuple[str, str], str] = {}
+        for s in subjects:
+            missing: list[str] = []
+            for name in s.asks or tuple(by_name):
+                key = self._key(client, by_name[name], s.text)
+                keys[(s.key, name)] = key
+                hit = self.cache.get(key) if self.cache is not None else None
+                if hit is None:
+                    missing.append(name)
+                else:
+                    out.answers.setdefault(s.key, {})[name] = _ANSWER.validate_python(hit)
+                    out.cached += 1
+            if missing:
+                todo.append(Subject(s.key, s.text, tuple(missing)))
+        if not todo:
+            return out
+        before = client.usage.snapshot()
+        result = self.clef.run(
+            ask_packed(
+                client,
+                todo,
+                asks,
+                layout=layout,  # type: ignore[arg-type]
+                max_subjects_per_request=max_subjects_per_request,
+            )
+        )
+        after = client.usage.snapshot()
+        # Requests actually sent (the client's own cache may answer a repeated request).
+        out.requests = int(after["requests"]) - int(before["requests"])
+        out.input_tokens = int(after["input_tokens"]) - int(before["input_tokens"])
+        out.failed = dict(result.failed)
+        for key, answers in result.answers.items():
+            for name, answer in answers.items():
+                out.answers.setdefault(key, {})[name] = answer
+                if self.cache is not None:
+                    self.cache.put(
+                        keys[(key, name)],
+                        client.backend.name,
+                        client.backend.model,
+                        answer.model_dump(mode="json"),
+                    )
+        return out
+
+    # ---- guard ------------------------------------------------------------------------
+
+    def guard(self) -> InjectionGuard | None:
+        """The offline guard, loaded once per process; None when it is off or cannot load
+        (the reason is in `guard_error`, and the stage reports it)."""
+        if self.cfg.guard.mode == "off":
+            return None
+        if self._guard is None and self._guard_error is None:
+            try:
+                self._guard = load_guard()
+            except Exception as exc:  # reported by the screen, never silent
+                self._guard_error = f"{type(exc).__name__}: {exc}"
+                log.warning("injection guard unavailable: %s", self._guard_error)
+        return self._guard
+
+    @property
+    def guard_error(self) -> str | None:
+        return self._guard_error
+
+    def guard_threshold(self, guard: InjectionGuard) -> float:
+        t = self.cfg.guard.threshold
+        return float(guard.threshold if t is None else t)
+
+    def guard_scores(self, texts: Sequence[str]) -> np.ndarray | None:
+        guard = self.guard()
+        if guard is None or not texts:
+            return None if guard is None else np.zeros(0, dtype=np.float32)
+        return np.asarray(guard.score(list(texts)), dtype=np.float64)
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+            self.cache = None
+
+
+_GUARD_LOCK = threading.Lock()
+_GUARD: Any = None
+
+
+def load_guard() -> InjectionGuard:
+    """The shipped guard, loaded once per process (MiniLM plus a small classifier)."""
+    global _GUARD
+    with _GUARD_LOCK:
+        if _GUARD is None:
+            from clef_pipelines.steering.guard import InjectionGuard
+
+            _GUARD = InjectionGuard.load()
+        return _GUARD

@@ -1,0 +1,208 @@
+"""The paragraph screen: each paragraph, list item, table and quote is judged before chunking.
+
+Two judges: Clef (one choice per paragraph giving P(boilerplate) and P(instructs_ai)) and the
+offline guard (P(injection) from a small classifier on MiniLM vectors, no keys needed). Plain
+code with the thresholds in `steering.screen` / `steering.guard` decides:
+
+- P(boilerplate) >= drop_boilerplate_at: the block is cut (the others keep their offsets into
+  the original, which are the parser's);
+- an injection judged by `screen.judges` (either judge by default): the block is cut from its
+  chunk and stored alone as a quarantined record, left out of queries unless asked for.
+
+Every block carries both judges' probabilities, the decision they reach together
+(`decision`), the one applied (`screen_action`: stages in shadow mode record but do not act)
+and who decided (`decided_by`). A block whose Clef request still failed after the client's
+retries is kept with `needs_rescreen`, and the run reports the failure.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import polars as pl
+
+from clef_pipelines.clef.wire import ChoiceAnswer
+from clef_pipelines.steering.packing import Subject
+from clef_pipelines.steering.questions import SCREEN_ASK, SCREEN_BOILERPLATE, SCREEN_INSTRUCTS_AI
+from clef_pipelines.steering.runtime import Steering
+
+KEEP, DROP, QUARANTINE = "keep", "drop", "quarantine"
+
+SCREEN_COLUMNS: dict[str, pl.DataType] = {
+    "screened": pl.Boolean(),
+    "p_boilerplate": pl.Float64(),
+    "p_instructs_ai": pl.Float64(),
+    "p_guard": pl.Float64(),
+    "decision": pl.Utf8(),
+    "screen_action": pl.Utf8(),
+    "decided_by": pl.Utf8(),
+    "screen_reason": pl.Utf8(),
+    "needs_rescreen": pl.Boolean(),
+}
+
+
+@dataclass
+class ScreenReport:
+    blocks: int = 0
+    screened: int = 0
+    kept: int = 0
+    dropped: int = 0
+    quarantined: int = 0
+    #: What the judges decided, shadow stages included (equals the actions when all are on).
+    decisions: dict[str, int] = field(default_factory=dict)
+    needs_rescreen: int = 0
+    #: The reasons of Clef requests that failed after retries (one line each, deduplicated).
+    failures: list[str] = field(default_factory=list)
+    clef: str = "off"  # on | shadow | off | unavailable (no backend)
+    guard: str = "off"  # on | shadow | off | unavailable: <why>
+    guard_version: str | None = None
+    judges: str = "either"
+    requests: int = 0
+    input_tokens: int = 0
+    cached_answers: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _injection(flags: dict[str, bool], judges: str) -> tuple[bool, list[str]]:
+    """Whether the judges at hand call it an injection, and which ones did."""
+    said = [name for name, flag in flags.items() if flag]
+    if not flags:
+        return False, []
+    if judges == "both" and len(flags) == 2:
+        return all(flags.values()), said
+    if judges in ("clef", "guard") and judges in flags:
+        return flags[judges], [judges] if flags[judges] else []
+    # "either", or the preferred judge is not at hand (Clef off: the guard judges alone).
+    return bool(said), said
+
+
+def screen_blocks(blocks: pl.DataFrame, steering: Steering) -> tuple[pl.DataFrame, ScreenReport]:
+    """Judge every screenable block; returns the blocks with the screen columns, and a report."""
+    started = time.perf_counter()
+    cfg = steering.cfg
+    rep = ScreenReport(blocks=blocks.height, judges=cfg.screen.judges)
+    n = blocks.height
+    kinds = blocks["kind"].to_list() if n else []
+    texts = blocks["text"].to_list() if n else []
+    screenable = [i for i in range(n) if kinds[i] in cfg.screen.kinds and (texts[i] or "").strip()]
+    rep.screened = len(screenable)
+
+    # --- Clef -------------------------------------------------------------------------
+    clef_mode = cfg.screen.mode
+    p_boiler: dict[int, float] = {}
+    p_ai: dict[int, float] = {}
+    failed: set[int] = set()
+    if clef_mode == "off":
+        rep.clef = "off"
+    elif not steering.clef_enabled:
+        rep.clef = "unavailable"
+    else:
+        rep.clef = clef_mode
+        subjects = [Subject(str(i), texts[i]) for i in screenable]
+        asked = steering.ask(
+            subjects,
+            [SCREEN_ASK],
+            layout=cfg.screen.layout,
+            max_subjects_per_request=cfg.screen.max_subjects_per_request,
+        )
+        rep.requests, rep.input_tokens, rep.cached_answers = (
+            asked.requests,
+            asked.input_tokens,
+            asked.cached,
+        )
+        for i in screenable:
+            answer = asked.answers.get(str(i), {}).get(SCREEN_ASK.name)
+            if isinstance(answer, ChoiceAnswer):
+                p_boiler[i] = float(answer.probabilities.get(SCREEN_BOILERPLATE, 0.0))
+                p_ai[i] = float(answer.probabilities.get(SCREEN_INSTRUCTS_AI, 0.0))
+            else:
+                failed.add(i)
+        rep.failures = sorted(set(asked.failed.values()))
+
+    # --- guard ------------------------------------------------------------------------
+    guard_mode = cfg.guard.mode
+    p_guard: dict[int, float] = {}
+    guard_threshold = 1.0
+    if guard_mode == "off":
+        rep.guard = "off"
+    else:
+        guard = steering.guard()
+        if guard is None:
+            rep.guard = f"unavailable: {steering.guard_error}"
+        else:
+            rep.guard = guard_mode
+            rep.guard_version = str(getattr(guard, "version", "") or "") or None
+            guard_threshold = steering.guard_threshold(guard)
+            scores = steering.guard_scores([texts[i] for i in screenable])
+            if scores is not None:
+                p_guard = {i: float(s) for i, s in zip(screenable, scores, strict=True)}
+
+    # --- decide -----------------------------------------------------------------------
+    cols: dict[str, list[Any]] = {name: [None] * n for name in SCREEN_COLUMNS}
+    screenable_set = set(screenable)
+    drop_at = cfg.screen.drop_boilerplate_at
+    q_at = cfg.screen.quarantine_instructs_ai_at
+    decisions: dict[str, int] = {}
+    for i in range(n):
+        cols["screened"][i] = i in screenable_set
+        cols["needs_rescreen"][i] = i in failed
+        cols["p_boilerplate"][i] = p_boiler.get(i)
+        cols["p_instructs_ai"][i] = p_ai.get(i)
+        cols["p_guard"][i] = p_guard.get(i)
+        if i not in screenable_set:
+            cols["decision"][i] = cols["screen_action"][i] = KEEP
+            cols["decided_by"][i] = ""
+            continue
+        # Flags of every judge that ran (for `decision`) and of those that act (`action`).
+        ran: dict[str, bool] = {}
+        acting: dict[str, bool] = {}
+        if i in p_ai:
+            ran["clef"] = p_ai[i] >= q_at
+            if clef_mode == "on":
+                acting["clef"] = ran["clef"]
+        if i in p_guard:
+            ran["guard"] = p_guard[i] >= guard_threshold
+            if guard_mode == "on":
+                acting["guard"] = ran["guard"]
+        boiler = i in p_boiler and p_boiler[i] >= drop_at
+        decision, by, reason = _decide(ran, boiler, cfg.screen.judges, p_ai.get(i), p_boiler.get(i))
+        action, _, _ = _decide(acting, boiler and clef_mode == "on", cfg.screen.judges, None, None)
+        cols["decision"][i] = decision
+        cols["screen_action"][i] = action
+        cols["decided_by"][i] = by
+        cols["screen_reason"][i] = reason
+        decisions[decision] = decisions.get(decision, 0) + 1
+
+    out = blocks.with_columns(
+        [pl.Series(name, cols[name], dtype=dtype) for name, dtype in SCREEN_COLUMNS.items()]
+    )
+    actions = out["screen_action"].to_list()
+    rep.kept = actions.count(KEEP)
+    rep.dropped = actions.count(DROP)
+    rep.quarantined = actions.count(QUARANTINE)
+    rep.decisions = decisions
+    rep.needs_rescreen = len(failed)
+    rep.seconds = round(time.perf_counter() - started, 3)
+    return out, rep
+
+
+def _decide(
+    flags: dict[str, bool],
+    boilerplate: bool,
+    judges: str,
+    p_ai: float | None,
+    p_boiler: float | None,
+) -> tuple[str, str, str | None]:
+    """(decision, decided_by, reason). Quarantine wins over drop: an instruction planted in
+    boilerplate is kept, alone and out of queries, so a reviewer can see it."""
+    injection, said = _injection(flags, judges)
+    if injection:
+        return QUARANTINE, "+".join(sorted(said)), "instructs_ai"
+    if boilerplate:
+        return DROP, "clef", "boilerplate"
+    return KEEP, "+".join(sorted(flags)) if flags else "", None
