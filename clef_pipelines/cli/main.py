@@ -18,3 +18,4 @@ from clef_pipelines.cli import clef_cmds as _clef_cmds  # noqa: E402,F401
 from clef_pipelines.cli import eval_cmds as _eval_cmds  # noqa: E402,F401
 from clef_pipelines.cli import ingest_cmds as _ingest_cmds  # noqa: E402,F401
 from clef_pipelines.cli import query_cmds as _query_cmds  # noqa: E402,F401
+from clef_pipelines.cli import steering_cmds as _steering_cmds  # noqa: E402,F401

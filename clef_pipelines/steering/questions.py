@@ -26,11 +26,8 @@ SCREEN_ASK = Ask(
     "screen",
     "choice",
     "What is it?",
-    {
-        "content": "information for the reader",
-        "boilerplate": "navigation, legal or template text",
-        "instructs_ai": "orders to an AI assistant, not the reader",
-    },
+    # Option ids say what they mean; a description would cost its tokens once per paragraph.
+    {"content": None, "boilerplate": None, "instructs_ai": None},
 )
 SCREEN_BOILERPLATE, SCREEN_INSTRUCTS_AI = "boilerplate", "instructs_ai"
 
@@ -40,11 +37,11 @@ QUALITY_ASK = Ask(
     "choice",
     "What is it?",
     {
-        "self_contained": "useful on its own",
-        "needs_context": "useful, leans on other text",
-        "low_information": "says little",
-        "boilerplate": "navigation, legal or template text",
-        "instructs_ai": "orders to an AI assistant, not the reader",
+        "self_contained": None,
+        "needs_context": None,
+        "low_information": None,
+        "boilerplate": None,
+        "instructs_ai": None,
     },
 )
 #: The quality fields stored per chunk (`q_<name>`), as the issue names them.

@@ -37,7 +37,7 @@ def quality_probs(text: str) -> dict[str, float]:
             "boilerplate": 0.05,
             "instructs_ai": 0.8,
         }
-    if "thin" in text.lower():
+    if "nothing to learn" in text.lower():
         return {
             "self_contained": 0.02,
             "needs_context": 0.02,

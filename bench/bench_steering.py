@@ -1,0 +1,271 @@
+"""Steering costs: Clef requests and input tokens per 1,000 paragraphs for the paragraph screen
+and the chunk enrichment, and SciFact ingest wall time with the offline guard on vs off.
+
+    .venv/bin/python bench/bench_steering.py [--paragraphs 1000] [--guard-docs 300] [--skip-guard]
+
+Part 1 runs the core stages (parse, screen, chunk, enrich) over N real paragraphs (half SQuAD
+2.0 paragraphs, half SciFact abstracts, one document each) against a System One stand-in on
+loopback that answers every request after a fixed 40 ms and reports input tokens as the
+release prompt would count them (the client's estimate counter: state, question headers,
+options and the fixed prompt). The paragraphs' own tokens are counted with the same counter.
+Part 2 ingests the first M SciFact abstracts through the Dagster job (MiniLM embedder,
+LanceDB, Clef off) twice in fresh folders, guard off then on, and reports wall times.
+Prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+LATENCY_S = 0.040
+
+
+def paragraphs(n: int) -> list[dict[str, str]]:
+    """n documents of one paragraph: half SQuAD paragraphs, half SciFact abstracts."""
+    squad = json.loads((DATA / "squad2" / "train-v2.0.json").read_text())
+    out: list[dict[str, str]] = []
+    for article in squad["data"]:
+        for p in article["paragraphs"]:
+            if len(out) >= n // 2:
+                break
+            out.append({"id": f"squad-{len(out)}", "title": article["title"], "text": p["context"]})
+    with (DATA / "scifact" / "corpus.jsonl").open() as f:
+        for line in f:
+            if len(out) >= n:
+                break
+            doc = json.loads(line)
+            out.append({"id": f"scifact-{doc['_id']}", "title": doc["title"], "text": doc["text"]})
+    return out
+
+
+def start_fake() -> tuple[str, Any, dict[str, int]]:
+    """A System One stand-in: every answer valid, after LATENCY_S; usage counted as the
+    release prompt would be (estimate counter)."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from clef_pipelines.clef.tokens import (
+        PROMPT_OVERHEAD_TOKENS,
+        EstimateCounter,
+        question_tokens,
+        state_tokens,
+    )
+
+    counter = EstimateCounter()
+    stats = {"requests": 0, "questions": 0, "max_questions": 0}
+
+    def answer(q: dict[str, Any]) -> dict[str, Any]:
+        if q["type"] == "noul":
+            return {"type": "noul", "noul": 0.1}
+        if q["type"] == "choice":
+            opts = list(q["criteria"])
+            rest = round(0.1 / (len(opts) - 1), 4)
+            probs = {o: rest for o in opts}
+            probs[opts[0]] = round(1 - rest * (len(opts) - 1), 4)
+            return {
+                "type": "choice",
+                "choice": opts[0],
+                "confidence": probs[opts[0]],
+                "probabilities": probs,
+            }
+        n = len(q["criteria"])
+        probs = {str(i): round(1 / n, 4) for i in range(n)}
+        return {"type": "score", "score": (n - 1) / 2, "confidence": 1 / n, "probabilities": probs}
+
+    async def systemone(request: Request) -> JSONResponse:
+        body = await request.json()
+        await asyncio.sleep(LATENCY_S)
+        questions = body["questions"]
+        stats["requests"] += 1
+        stats["questions"] += len(questions)
+        stats["max_questions"] = max(stats["max_questions"], len(questions))
+        tokens = PROMPT_OVERHEAD_TOKENS + state_tokens(counter, body["state"])
+        for i, (qid, q) in enumerate(questions.items(), start=1):
+            tokens += question_tokens(counter, qid, q, i)
+        return JSONResponse(
+            {
+                "model": body.get("model", "clef"),
+                "answers": {qid: answer(q) for qid, q in questions.items()},
+                "usage": {"input_tokens": tokens, "output_tokens": 0},
+            }
+        )
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = Starlette(routes=[Route("/v1/systemone", systemone, methods=["POST"])])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    return f"http://127.0.0.1:{port}", server, stats
+
+
+def bench_requests(n: int, context_tokens: int) -> list[str]:
+    from clef_pipelines.clef.client import SyncClefClient
+    from clef_pipelines.clef.tokens import EstimateCounter
+    from clef_pipelines.config import settings_from_dict
+    from clef_pipelines.ingest import stages
+    from clef_pipelines.ingest.documents import plan_inventory
+
+    docs = paragraphs(n)
+    base_url, server, stats = start_fake()
+    rows: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-steering-") as tmp:
+        root = Path(tmp)
+        corpus = root / "paragraphs.jsonl"
+        corpus.write_text("".join(json.dumps(d) + "\n" for d in docs))
+        settings = settings_from_dict(
+            {
+                "data_dir": str(root / "state"),
+                "sources": [{"name": "bench", "path": str(corpus), "kind": "jsonl"}],
+                "clef": {
+                    "backend": "self-hosted",
+                    "base_url": base_url,
+                    "cache": False,
+                    "context_tokens": context_tokens,
+                },
+                "steering": {"guard": {"mode": "off"}},
+            },
+            base_dir=root,
+        )
+        source = settings.sources[0]
+        entries = stages.list_entries(settings, source, "bench")
+        inventory = plan_inventory(source.name, entries, {})
+        blocks, _ = stages.parse_source(settings, source, inventory, "bench")
+        paragraph_texts = [
+            t for t, k in zip(blocks["text"], blocks["kind"], strict=True) if k == "paragraph"
+        ]
+        own_tokens = sum(EstimateCounter().count(t) for t in paragraph_texts)
+        clef = SyncClefClient(settings.clef, data_dir=settings.data_path)
+        steering = stages.open_steering(settings, clef)
+        try:
+            started = time.perf_counter()
+            screened, screen = stages.screen_paragraphs(blocks, steering)
+            t_screen = time.perf_counter() - started
+            chunks, _ = stages.chunk_documents(settings, source.name, screened)
+            started = time.perf_counter()
+            _, enrich = stages.enrich_chunks(chunks, steering)
+            t_enrich = time.perf_counter() - started
+        finally:
+            steering.close()
+            clef.close()
+        server.should_exit = True
+    per = 1000 / max(1, len(paragraph_texts))
+    total_req = screen.requests + enrich.requests
+    total_tok = screen.input_tokens + enrich.input_tokens
+    rows.append(
+        f"| {len(paragraph_texts)} paragraphs, {chunks.height} chunks | {context_tokens:,} | "
+        f"{screen.requests * per:.0f} | {enrich.requests * per:.0f} | {total_req * per:.0f} | "
+        f"{stats['max_questions']} | {screen.input_tokens / own_tokens:.2f}x | "
+        f"{enrich.input_tokens / own_tokens:.2f}x | {total_tok / own_tokens:.2f}x | "
+        f"{t_screen:.1f} s + {t_enrich:.1f} s |"
+    )
+    return rows
+
+
+def bench_guard(docs: int) -> list[str]:
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.jobs.launch import run_ingestion
+
+    rows: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-guard-") as tmp:
+        root = Path(tmp)
+        corpus = root / "scifact.jsonl"
+        with (DATA / "scifact" / "corpus.jsonl").open() as src, corpus.open("w") as dst:
+            for i, line in enumerate(src):
+                if i >= docs:
+                    break
+                dst.write(line)
+        times: dict[str, float] = {}
+        # Load MiniLM (and the guard) once before timing, so neither run pays the import.
+        from clef_pipelines.steering.runtime import load_guard
+
+        load_guard()
+        for mode in ("off", "on", "off", "on"):
+            folder = root / f"{mode}-{len(times)}"
+            cfg = folder / "bench.yaml"
+            folder.mkdir()
+            cfg.write_text(
+                yaml.safe_dump(
+                    {
+                        "data_dir": str(folder / "state"),
+                        "collection": "scifact",
+                        "sources": [{"name": "scifact", "path": str(corpus), "kind": "jsonl"}],
+                        "embedder": {"kind": "minilm"},
+                        "clef": {"backend": "off"},
+                        "steering": {"guard": {"mode": mode}},
+                    }
+                )
+            )
+            os.environ["DAGSTER_HOME"] = str(folder / "dagster")
+            settings = load_settings(cfg)
+            started = time.perf_counter()
+            (report,) = run_ingestion(settings, ["scifact"], config_path=str(cfg))
+            elapsed = time.perf_counter() - started
+            if not report.success:
+                raise SystemExit(f"ingest failed: {report.error}")
+            times[mode] = min(times.get(mode, float("inf")), elapsed)
+            q = report.assets["screened_paragraphs"].get("decisions", {})
+            print(f"guard {mode}: {elapsed:.1f} s, decisions {q}", file=sys.stderr)
+        rows.append(
+            f"| {docs} SciFact abstracts | {times['off']:.1f} s | {times['on']:.1f} s | "
+            f"{(times['on'] / times['off'] - 1) * 100:+.0f}% |"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--paragraphs", type=int, default=1000)
+    parser.add_argument("--guard-docs", type=int, default=300)
+    parser.add_argument("--skip-guard", action="store_true")
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        nargs="+",
+        default=[16_384, 24_576],
+        help="Request token budgets: self-hosted's default max_length, Workers AI's smallest.",
+    )
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    print(
+        "| paragraphs | token budget | screen requests / 1k | enrich requests / 1k | total / 1k | "
+        "most questions in a request | screen tokens / own | enrich tokens / own | "
+        "total tokens / own | wall (screen + enrich) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for budget in args.context_tokens:
+        for row in bench_requests(args.paragraphs, budget):
+            print(row, flush=True)
+    if not args.skip_guard:
+        print()
+        print("| corpus | guard off | guard on | guard adds |")
+        print("|---|---|---|---|")
+        for row in bench_guard(args.guard_docs):
+            print(row)
+
+
+if __name__ == "__main__":
+    main()
