@@ -4,10 +4,10 @@ and the chunk enrichment, and SciFact ingest wall time with the offline guard on
     .venv/bin/python bench/bench_steering.py [--paragraphs 1000] [--guard-docs 300] [--skip-guard]
 
 Part 1 runs the core stages (parse, screen, chunk, enrich) over N real paragraphs (half SQuAD
-2.0 paragraphs, half SciFact abstracts, one document each) against a System One stand-in on
-loopback that answers every request after a fixed 40 ms and reports input tokens as the
-release prompt would count them (the client's estimate counter: state, question headers,
-options and the fixed prompt). The paragraphs' own tokens are counted with the same counter.
+2.0 paragraphs, half SciFact abstracts, one document each) against the fake System One server
+answering every request after a fixed 40 ms. Input tokens are counted on the requests sent, as
+the release prompt counts them (the client's estimate counter: fixed prompt, state, question
+headers, instructions and options); the paragraphs' own tokens with the same counter.
 Part 2 ingests the first M SciFact abstracts through the Dagster job (MiniLM embedder,
 LanceDB, Clef off) twice in fresh folders, guard off then on, and reports wall times.
 Prints markdown tables.
@@ -16,13 +16,10 @@ Prints markdown tables.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import socket
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,15 +49,9 @@ def paragraphs(n: int) -> list[dict[str, str]]:
     return out
 
 
-def start_fake() -> tuple[str, Any, dict[str, int]]:
-    """A System One stand-in: every answer valid, after LATENCY_S; usage counted as the
-    release prompt would be (estimate counter)."""
-    import uvicorn
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
+def prompt_tokens(bodies: list[dict[str, Any]]) -> int:
+    """Input tokens of requests as the release prompt counts them (the client's estimate:
+    fixed prompt, state, each question's header, instructions and options)."""
     from clef_pipelines.clef.tokens import (
         PROMPT_OVERHEAD_TOKENS,
         EstimateCounter,
@@ -69,54 +60,12 @@ def start_fake() -> tuple[str, Any, dict[str, int]]:
     )
 
     counter = EstimateCounter()
-    stats = {"requests": 0, "questions": 0, "max_questions": 0}
-
-    def answer(q: dict[str, Any]) -> dict[str, Any]:
-        if q["type"] == "noul":
-            return {"type": "noul", "noul": 0.1}
-        if q["type"] == "choice":
-            opts = list(q["criteria"])
-            rest = round(0.1 / (len(opts) - 1), 4)
-            probs = {o: rest for o in opts}
-            probs[opts[0]] = round(1 - rest * (len(opts) - 1), 4)
-            return {
-                "type": "choice",
-                "choice": opts[0],
-                "confidence": probs[opts[0]],
-                "probabilities": probs,
-            }
-        n = len(q["criteria"])
-        probs = {str(i): round(1 / n, 4) for i in range(n)}
-        return {"type": "score", "score": (n - 1) / 2, "confidence": 1 / n, "probabilities": probs}
-
-    async def systemone(request: Request) -> JSONResponse:
-        body = await request.json()
-        await asyncio.sleep(LATENCY_S)
-        questions = body["questions"]
-        stats["requests"] += 1
-        stats["questions"] += len(questions)
-        stats["max_questions"] = max(stats["max_questions"], len(questions))
-        tokens = PROMPT_OVERHEAD_TOKENS + state_tokens(counter, body["state"])
-        for i, (qid, q) in enumerate(questions.items(), start=1):
-            tokens += question_tokens(counter, qid, q, i)
-        return JSONResponse(
-            {
-                "model": body.get("model", "clef"),
-                "answers": {qid: answer(q) for qid, q in questions.items()},
-                "usage": {"input_tokens": tokens, "output_tokens": 0},
-            }
-        )
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = Starlette(routes=[Route("/v1/systemone", systemone, methods=["POST"])])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    return f"http://127.0.0.1:{port}", server, stats
+    total = 0
+    for body in bodies:
+        total += PROMPT_OVERHEAD_TOKENS + state_tokens(counter, body["state"])
+        for i, (qid, q) in enumerate(body["questions"].items(), start=1):
+            total += question_tokens(counter, qid, q, i)
+    return total
 
 
 def bench_requests(n: int, context_tokens: int) -> list[str]:
@@ -125,9 +74,11 @@ def bench_requests(n: int, context_tokens: int) -> list[str]:
     from clef_pipelines.config import settings_from_dict
     from clef_pipelines.ingest import stages
     from clef_pipelines.ingest.documents import plan_inventory
+    from clef_pipelines.testing.fake_systemone import FakeServer
 
     docs = paragraphs(n)
-    base_url, server, stats = start_fake()
+    fake = FakeServer(delay_s=LATENCY_S).start()
+    base_url = fake.base_url
     rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-steering-") as tmp:
         root = Path(tmp)
@@ -161,22 +112,26 @@ def bench_requests(n: int, context_tokens: int) -> list[str]:
             started = time.perf_counter()
             screened, screen = stages.screen_paragraphs(blocks, steering)
             t_screen = time.perf_counter() - started
+            screen_bodies = list(fake.requests)
             chunks, _ = stages.chunk_documents(settings, source.name, screened)
             started = time.perf_counter()
             _, enrich = stages.enrich_chunks(chunks, steering)
             t_enrich = time.perf_counter() - started
+            enrich_bodies = fake.requests[len(screen_bodies) :]
         finally:
             steering.close()
             clef.close()
-        server.should_exit = True
+            fake.stop()
+    screen_tokens, enrich_tokens = prompt_tokens(screen_bodies), prompt_tokens(enrich_bodies)
+    most = max(len(b["questions"]) for b in fake.requests)
     per = 1000 / max(1, len(paragraph_texts))
     total_req = screen.requests + enrich.requests
-    total_tok = screen.input_tokens + enrich.input_tokens
+    total_tok = screen_tokens + enrich_tokens
     rows.append(
         f"| {len(paragraph_texts)} paragraphs, {chunks.height} chunks | {context_tokens:,} | "
         f"{screen.requests * per:.0f} | {enrich.requests * per:.0f} | {total_req * per:.0f} | "
-        f"{stats['max_questions']} | {screen.input_tokens / own_tokens:.2f}x | "
-        f"{enrich.input_tokens / own_tokens:.2f}x | {total_tok / own_tokens:.2f}x | "
+        f"{most} | {screen_tokens / own_tokens:.2f}x | "
+        f"{enrich_tokens / own_tokens:.2f}x | {total_tok / own_tokens:.2f}x | "
         f"{t_screen:.1f} s + {t_enrich:.1f} s |"
     )
     return rows
