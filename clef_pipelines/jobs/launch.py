@@ -43,6 +43,8 @@ class SourceRunReport:
     run_id: str
     success: bool
     assets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Asset check results: "asset:check" -> passed.
+    checks: dict[str, bool] = field(default_factory=dict)
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -52,6 +54,7 @@ class SourceRunReport:
             "success": self.success,
             "error": self.error,
             "assets": self.assets,
+            "checks": self.checks,
         }
 
 
@@ -102,6 +105,10 @@ def run_ingestion(
                 report.assets[mat.asset_key.to_user_string()] = {
                     k: _plain(v) for k, v in mat.metadata.items()
                 }
+            elif event.event_type_value == "ASSET_CHECK_EVALUATION":
+                check = event.event_specific_data  # type: ignore[union-attr]
+                key = f"{check.asset_key.to_user_string()}:{check.check_name}"
+                report.checks[key] = bool(check.passed)
             elif event.event_type_value == "STEP_FAILURE" and report.error is None:
                 err = event.event_specific_data.error  # type: ignore[union-attr]
                 report.error = _root_message(err)

@@ -41,6 +41,15 @@ def test_planted_instruction_is_quarantined_alone(clef_ws: Workspace, fake: Fake
     assert report.success, report.error
     screen = report.assets["screened_paragraphs"]
     assert screen["screen"] == "on" and screen["decisions"].get("quarantine") == 1
+    # Every asset check ran and passed.
+    assert report.checks == {
+        "screened_paragraphs:screen_rates_within_bounds": True,
+        "chunks:chunks_within_max_tokens": True,
+        "enrichments:enrichment_drop_rate_within_bounds": True,
+        "embeddings:every_chunk_embedded": True,
+        "store_sync:no_removed_documents_stored": True,
+        "store_sync:queries_never_return_quarantined": True,
+    }
     records = clef_ws.records()
     planted = [r for r in records if PLANTED in r["text"].lower()]
     assert len(planted) == 1
