@@ -41,8 +41,6 @@ KILL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_KILL_AFTER_UPSERTS"
 ProgressFn = Callable[[int, int], None]
 
 
-
-
 def payload_columns(frame: pl.DataFrame) -> list[str]:
     """The columns that become stored payload: the declared record fields and the dynamic
     families (user metadata, enrichment answers, tags)."""
