@@ -259,6 +259,13 @@ def sync_source(
             "clef_pipelines_version": __version__,
             "store": store.kind,
             "sources": sources,
+            # The collection as a whole: screened only when every source was (the query path
+            # reads this; see steering.manifest.screened_at_ingest).
+            "steering": {
+                "screened": all(
+                    bool((v.get("steering") or {}).get("screened")) for v in sources.values()
+                )
+            },
             "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
     )

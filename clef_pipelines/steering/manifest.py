@@ -34,6 +34,9 @@ def screened_at_ingest(manifest: dict[str, Any] | None, source: str | None = Non
     stored text already went through the paragraph screen; False for a missing manifest, a
     source ingested before the screen existed, or one ingested with every judge off."""
     sources = (manifest or {}).get("sources") or {}
+    if source is None and not sources:
+        # A manifest written by hand or by another tool may only say it at the top level.
+        return bool(((manifest or {}).get("steering") or {}).get("screened"))
     picked = [sources.get(source)] if source is not None else list(sources.values())
     if not picked:
         return False

@@ -60,6 +60,9 @@ def make_workspace(root: Path, monkeypatch: pytest.MonkeyPatch, **config: Any) -
         "sources": [{"name": "sample", "path": "corpus"}],
         "embedder": {"kind": "hash", "dimension": 64},
         "store": {"kind": "lancedb"},
+        # The offline guard (on by default) loads MiniLM; these tests are about ingestion, so
+        # they leave it off. tests/steering covers the screen with the guard and with Clef.
+        "steering": {"guard": {"mode": "off"}},
     }
     raw.update(config)
     cfg = root / "clef-pipelines.yaml"

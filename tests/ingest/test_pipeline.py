@@ -77,7 +77,8 @@ def test_sample_corpus_materialises_into_store(workspace: Workspace) -> None:
         )
         assert r["title"] in r["embed_text"]
         assert 0 <= r["char_start"] < r["char_end"] or r["char_start"] == -1
-    # The planted instruction is ingested (the screen seam is off) so later stages can catch it.
+    # With Clef and the guard off nothing judges the paragraphs: the planted instruction is
+    # ingested as is (tests/steering shows it quarantined by either judge).
     assert any(
         "ignore" in r["text"].lower() and "instruction" in r["text"].lower() for r in records
     )

@@ -72,7 +72,8 @@ def test_planted_instruction_is_quarantined_alone(clef_ws: Workspace, fake: Fake
         assert q["id"] not in {h.id for h in hits}
         hits = store.query("docs", vector, top_k=3, include_quarantined=True)
         assert hits[0].id == q["id"]
-        assert screened_at_ingest(store.get_manifest("docs"))
+        manifest = store.get_manifest("docs")
+        assert screened_at_ingest(manifest) and manifest["steering"] == {"screened": True}
     finally:
         store.close()
     # Every question named its subject by state key and no request held over 64 questions.
