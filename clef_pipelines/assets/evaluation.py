@@ -84,6 +84,7 @@ def eval_candidates(
             "query_embed_seconds": round(stats.embed_seconds, 3),
             "search_seconds": round(stats.search_seconds, 3),
             "scorers": dg.MetadataValue.json(stats.scorers),
+            "warnings": dg.MetadataValue.json(stats.warnings),
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
@@ -129,6 +130,7 @@ def eval_report(
     pipeline_settings: PipelineSettings,
     embedder: EmbedderResource,
     eval_dataset: pl.DataFrame,
+    eval_candidates: pl.DataFrame,
     eval_scores: pl.DataFrame,
 ) -> dg.MaterializeResult:
     settings = pipeline_settings.settings
@@ -137,6 +139,7 @@ def eval_report(
         context.partition_key,
         eval_dataset,
         eval_scores,
+        candidates=eval_candidates,
         embedder_name=embedder.get().name,
     )
     from clef_pipelines.evals.report import markdown_report

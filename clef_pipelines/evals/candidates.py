@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from clef_pipelines.embedding import Embedder
-from clef_pipelines.evals.datasets import EvalDataset, EvalQuery
+from clef_pipelines.evals.datasets import EvalQuery
 from clef_pipelines.ingest.sync import check_manifest
 from clef_pipelines.stores import StoreError, VectorStore
 
@@ -73,6 +73,7 @@ class RecallStats:
     embed_seconds: float = 0.0
     search_seconds: float = 0.0
     scorers: dict[str, str] = field(default_factory=dict)  # scorer -> "ok" or why not
+    warnings: list[str] = field(default_factory=list)
 
 
 def recall_candidates(
@@ -121,12 +122,13 @@ def recall_candidates(
 
 @dataclass
 class ScorerContext:
-    """What a candidate scorer may use: the dataset, and a Clef client factory when configured."""
+    """What a candidate scorer may use: the queries and the settings (Clef backend, retrieval
+    thresholds); `warnings` collects what a reader of the report must know."""
 
-    dataset: EvalDataset | None
     queries: pl.DataFrame
-    clef: Any | None = None  # a Clef client (or None: no backend configured)
-    backend_label: str = "off"
+    settings: Any | None = None
+    dataset_kind: str = ""
+    warnings: list[str] = field(default_factory=list)
 
 
 #: A scorer adds columns to the candidates frame, or returns the reason it cannot.
@@ -152,4 +154,5 @@ def apply_scorers(frame: pl.DataFrame, context: ScorerContext, stats: RecallStat
         else:
             frame = out
             stats.scorers[name] = "ok"
+    stats.warnings.extend(context.warnings)
     return frame

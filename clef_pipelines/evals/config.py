@@ -60,8 +60,14 @@ class EvalConfig(StrictModel):
         default_factory=lambda: ["all"],
         description="Systems to score ('all', or names from the systems registry).",
     )
+    compact_budget: int = Field(
+        300, ge=1, description="clef-compact's token budget when retrieval.compact has none."
+    )
     bootstrap_samples: int = Field(1000, ge=100, description="Resamples for the 95% intervals.")
     seed: int = Field(13, description="Seed of the bootstrap and of any sampling.")
+    clef_note: str | None = Field(
+        None, description="Said beside the Clef rows, e.g. which release or endpoint answered."
+    )
     collection_prefix: str = Field("eval-", description="A dataset's collection: prefix + name.")
 
     @field_validator("datasets")

@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from clef_pipelines.evals.candidates import ScorerContext, register_scorer
 from clef_pipelines.evals.config import EvalDatasetConfig
 from clef_pipelines.evals.metrics import bootstrap_ci
 
@@ -127,3 +128,140 @@ def detector_rows(
             }
         )
     return rows
+
+
+def _offline_guard() -> tuple[Callable[[list[str]], list[float]], float] | str:
+    try:
+        from clef_pipelines.steering.guard import InjectionGuard  # type: ignore[import-not-found]
+    except ImportError:
+        return (
+            "needs the offline injection guard (clef_pipelines.steering.guard), not in this build"
+        )
+    guard = InjectionGuard.load()
+    threshold = float(getattr(guard, "threshold", 0.5))
+    return (lambda texts: [float(p) for p in guard.score(texts)]), threshold
+
+
+@register_scorer("guard")
+def guard_scorer(frame: pl.DataFrame, context: ScorerContext) -> pl.DataFrame | str:
+    """Guard scores of candidate chunks, for the planted-injection rows only."""
+    if context.dataset_kind != "injections":
+        return "only for injection datasets"
+    scores = guard_scores(frame["text"].to_list())
+    if isinstance(scores, str):
+        return scores
+    return frame.with_columns(pl.Series("guard_score", scores, dtype=pl.Float64))
+
+
+register_detector(
+    Detector(
+        "offline-guard",
+        "offline classifier, no Clef call",
+        _offline_guard,
+    )
+)
+
+
+def guard_scores(texts: list[str]) -> list[float] | str:
+    """The offline guard's probability for each text, or why it cannot run."""
+    loaded = DETECTORS["offline-guard"].load()
+    if isinstance(loaded, str):
+        return loaded
+    return loaded[0](texts)
+
+
+def planted_rows(
+    candidates: pl.DataFrame, offsets: dict[str, int], context_k: int, retrieval: Any = None
+) -> list[dict[str, Any]]:
+    """How many prompts carry planted text: vector top context_k unscreened, the same after the
+    offline guard drops flagged chunks, and after Clef's rank selection (instructs_ai drop)."""
+    frame = mark_planted(candidates, offsets)
+    queries = frame["query_id"].n_unique()
+    rows: list[dict[str, Any]] = []
+
+    def summarise(name: str, sent: pl.DataFrame, note: str) -> dict[str, Any]:
+        per_query = sent.group_by("query_id").agg(
+            pl.col("planted").any().alias("reached"),
+            pl.col("planted").sum().alias("planted_chunks"),
+            (pl.col("doc_id").is_in(list(offsets)) & ~pl.col("planted")).any().alias("evidence"),
+        )
+        reached = int(per_query["reached"].sum() or 0)
+        evidence = int(per_query["evidence"].sum() or 0)
+        return {
+            "name": name,
+            "available": True,
+            "queries": queries,
+            "prompts_reached": reached,
+            "prompts_reached_rate": reached / queries if queries else 0.0,
+            "planted_chunks_sent": int(per_query["planted_chunks"].sum() or 0),
+            "evidence_sent_rate": evidence / queries if queries else 0.0,
+            "note": note,
+        }
+
+    def top(frame_: pl.DataFrame) -> pl.DataFrame:
+        return (
+            frame_.sort(["query_id", "rank"])
+            .group_by("query_id", maintain_order=True)
+            .head(context_k)
+        )
+
+    rows.append(summarise("vector, no screening", top(frame), f"top {context_k} chunks"))
+    if "guard_score" in frame.columns and frame["guard_score"].null_count() < frame.height:
+        threshold = DETECTORS["offline-guard"].load()
+        cut = threshold[1] if not isinstance(threshold, str) else 0.5
+        kept = frame.filter(pl.col("guard_score") < cut)
+        rows.append(
+            summarise("vector + offline guard", top(kept), f"chunks with guard >= {cut} dropped")
+        )
+    else:
+        rows.append(
+            {
+                "name": "vector + offline guard",
+                "available": False,
+                "reason": DETECTORS["offline-guard"].load()
+                if isinstance(DETECTORS["offline-guard"].load(), str)
+                else "guard scores not recorded",
+            }
+        )
+    if (
+        "clef_instructs_ai" in frame.columns
+        and frame["clef_instructs_ai"].null_count() < frame.height
+    ):
+        from clef_pipelines.evals.clef_systems import _selection_run
+        from clef_pipelines.retrieval.config import RetrievalConfig
+
+        cfg = (retrieval or RetrievalConfig()).select.model_copy(update={"strategy": "rank"})
+        ranking, _shown = _selection_run(frame, cfg)
+        sent_ids = {(r["query_id"], r["chunk_id"]) for r in ranking if r["sent"]}
+        sent = frame.filter(
+            pl.struct("query_id", "chunk_id").map_elements(
+                lambda s: (s["query_id"], s["chunk_id"]) in sent_ids, return_dtype=pl.Boolean
+            )
+        )
+        rows.append(
+            summarise(
+                "clef-rank (drops instructs_ai)",
+                sent,
+                f"drop_instructs_ai {cfg.drop_instructs_ai}, max_passages {cfg.max_passages}",
+            )
+        )
+    else:
+        rows.append(
+            {
+                "name": "clef-rank (drops instructs_ai)",
+                "available": False,
+                "reason": "needs a Clef backend (clef.backend)",
+            }
+        )
+    return rows
+
+
+def _clef_screen() -> tuple[Callable[[list[str]], list[float]], float] | str:
+    try:
+        from clef_pipelines.steering import screen  # type: ignore[attr-defined]  # noqa: F401
+    except ImportError:
+        return "needs the Clef paragraph screen (clef_pipelines.steering.screen), not in this build"
+    return "the Clef paragraph screen row is not wired into the evaluation yet"
+
+
+register_detector(Detector("clef-screen", "Clef paragraph screen", _clef_screen))

@@ -117,6 +117,16 @@ def markdown_report(
     notes = document.get("notes") or {}
     if notes:
         head += ["", *[f"- `{k}`: {v}" for k, v in notes.items()]]
+    failures = document.get("clef_failures")
+    if failures:
+        head += [
+            "",
+            f"**Clef failed for {failures['queries']} queries** after retries (they fall back to "
+            f"vector order, as the query path does): {failures['first_error']}",
+        ]
+    sweep = document.get("gate_sweep")
+    if sweep:
+        head += ["", sweep_markdown(sweep)]
     injection = document.get("injections")
     if injection:
         head += ["", injection_markdown(injection)]
@@ -124,6 +134,28 @@ def markdown_report(
         encoded = base64.b64encode(chart_png).decode("ascii")
         head += ["", f"![chart](data:image/png;base64,{encoded})"]
     return "\n".join(head).strip() + "\n"
+
+
+def sweep_markdown(sweep: dict[str, Any]) -> str:
+    def pct(v: float | None) -> str:
+        return "–" if v is None else f"{v:.3f}"
+
+    lines = [
+        f"### Gate threshold sweep (dev half: {sweep['dev_queries']} queries; chosen "
+        f"answer_min {sweep['chosen_answer_min']})",
+        "",
+        "| answer_min | dev: abstain unans. | dev: abstain ans. | held-out: abstain unans. | "
+        "held-out: abstain ans. |",
+        "|---|---|---|---|---|",
+    ]
+    for r in sweep["rows"]:
+        mark = "**" if r["answer_min"] == sweep["chosen_answer_min"] else ""
+        lines.append(
+            f"| {mark}{r['answer_min']:.2f}{mark} | {pct(r['dev_abstain_unanswerable'])} | "
+            f"{pct(r['dev_abstain_answerable'])} | {pct(r['held_out_abstain_unanswerable'])} | "
+            f"{pct(r['held_out_abstain_answerable'])} |"
+        )
+    return "\n".join(lines)
 
 
 def injection_markdown(section: dict[str, Any]) -> str:

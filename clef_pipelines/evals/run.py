@@ -10,6 +10,11 @@ import polars as pl
 
 from clef_pipelines.config import Settings
 from clef_pipelines.embedding import Embedder
+
+# Imported for their registrations: the Clef scorer and the Clef systems.
+from clef_pipelines.evals import clef_scores as _clef_scores  # noqa: F401
+from clef_pipelines.evals import clef_systems as _clef_systems  # noqa: F401
+from clef_pipelines.evals import injections as _injections  # noqa: F401
 from clef_pipelines.evals.candidates import (
     CANDIDATE_SCHEMA,
     RecallStats,
@@ -55,7 +60,49 @@ def clef_label(settings: Settings) -> str:
     backend, _why = resolve_backend(settings.clef)
     if backend == "off":
         return "off: the Clef rows need a backend (clef.backend)"
-    return f"backend {backend}, model {settings.clef.model}"
+    label = f"backend {backend}, model {settings.clef.model}"
+    double = _test_double(settings, backend)
+    if double:
+        label += f"; {double}: these Clef rows are NOT model quality"
+    if settings.evals.clef_note:
+        label += f"; {settings.evals.clef_note}"
+    return label
+
+
+def _test_double(settings: Settings, backend: str) -> str | None:
+    """A tiny random release, or a loopback endpoint that says it is a fake or serves one."""
+    import json
+    import os
+    from urllib.parse import urlparse
+
+    def tiny_release(release_dir: Path) -> str | None:
+        try:
+            raw = json.loads((release_dir / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        hidden = (raw.get("text_config") or {}).get("hidden_size") or raw.get("hidden_size") or 0
+        return f"a tiny test release (hidden size {hidden})" if 0 < int(hidden) < 1024 else None
+
+    if backend in ("local", "ray") and settings.clef.release_dir:
+        return tiny_release(settings.resolve(settings.clef.release_dir))
+    if backend == "self-hosted":
+        base = settings.clef.base_url or os.environ.get("CLEF_BASE_URL") or ""
+        host = urlparse(base).hostname or ""
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            return None
+        import httpx
+
+        try:
+            info = httpx.get(base.rstrip("/") + "/health", timeout=5).json()
+        except (httpx.HTTPError, ValueError):
+            return None
+        if info.get("fake"):
+            return "the fake System One server"
+        served = (info.get("engine") or {}).get("release_dir")
+        if served:
+            tiny = tiny_release(Path(served))
+            return f"{tiny}, served on loopback" if tiny else None
+    return None
 
 
 def collect_candidates(
@@ -65,8 +112,6 @@ def collect_candidates(
     *,
     store: VectorStore,
     embedder: Embedder,
-    dataset: EvalDataset | None = None,
-    clef: Any | None = None,
 ) -> tuple[pl.DataFrame, RecallStats]:
     cfg = dataset_config(settings, name)
     evaluated = queries_from_frame(queries)
@@ -80,13 +125,17 @@ def collect_candidates(
         top_k=settings.evals.top_k,
         batch_size=settings.embedder.batch_size,
     )
-    context = ScorerContext(dataset, queries, clef, clef_label(settings))
+    context = ScorerContext(queries, settings, cfg.kind)
     return apply_scorers(frame, context, stats), stats
 
 
 def score(settings: Settings, candidates: pl.DataFrame, queries: pl.DataFrame) -> ScoreResult:
     return score_systems(
-        candidates, queries, selected_systems(settings.evals.systems), settings.evals
+        candidates,
+        queries,
+        selected_systems(settings.evals.systems),
+        settings.evals,
+        retrieval=settings.retrieval,
     )
 
 
@@ -105,6 +154,7 @@ def build_report(
     queries: pl.DataFrame,
     scores: pl.DataFrame,
     *,
+    candidates: pl.DataFrame | None = None,
     embedder_name: str,
     extra: dict[str, Any] | None = None,
 ) -> Report:
@@ -132,7 +182,25 @@ def build_report(
     }
     sections: dict[str, Any] = {}
     if cfg.kind == "injections":
-        sections["injections"] = injection_section(settings, cfg)
+        sections["injections"] = injection_section(settings, cfg, candidates)
+    if candidates is not None and "clef_error" in candidates.columns:
+        failed = candidates.filter(pl.col("clef_error").is_not_null())
+        if failed.height:
+            sections["clef_failures"] = {
+                "queries": failed["query_id"].n_unique(),
+                "first_error": failed["clef_error"][0],
+            }
+    if candidates is not None and "clef_gate" in candidates.columns:
+        from clef_pipelines.evals.clef_systems import dev_split, gate_sweep, tuned_threshold
+
+        if candidates["clef_gate"].null_count() < candidates.height:
+            dev = dev_split(queries["query_id"].to_list())
+            sweep = gate_sweep(candidates, queries, dev)
+            sections["gate_sweep"] = {
+                "dev_queries": len(dev),
+                "chosen_answer_min": tuned_threshold(sweep),
+                "rows": sweep,
+            }
     document = report_document(
         header=header, summary=summary, statuses=statuses, extra_sections=sections
     )
@@ -150,13 +218,23 @@ def _documents(settings: Settings, cfg: EvalDatasetConfig) -> int:
         return sum(1 for line in fh if line.strip())
 
 
-def injection_section(settings: Settings, cfg: EvalDatasetConfig) -> dict[str, Any]:
+def injection_section(
+    settings: Settings, cfg: EvalDatasetConfig, candidates: pl.DataFrame | None
+) -> dict[str, Any]:
     from clef_pipelines.evals.datasets import load_injection_texts
+    from clef_pipelines.evals.injections import planted_offsets, planted_rows
 
     rows = load_injection_texts(Path(cfg.path).expanduser())
     if cfg.limit:
         rows = rows[: cfg.limit]
+    planted: list[dict[str, Any]] = []
+    corpus = corpus_path(cfg, settings.data_path)
+    if cfg.host and corpus is not None and candidates is not None and candidates.height:
+        planted = planted_rows(
+            candidates, planted_offsets(corpus), settings.evals.context_k, settings.retrieval
+        )
     return {
+        "planted": planted,
         "texts": len(rows),
         "injections": sum(r.label for r in rows),
         "detectors": detector_rows(

@@ -51,10 +51,11 @@ def score_systems(
     config: EvalConfig,
     *,
     dev_query_ids: set[str] | None = None,
+    retrieval: Any | None = None,
 ) -> ScoreResult:
     evaluated = queries_from_frame(queries)
     ks = recall_ks(config.top_k)
-    context = SystemContext(config, queries, dev_query_ids or set())
+    context = SystemContext(config, queries, dev_query_ids or set(), retrieval)
     rows: list[dict[str, Any]] = []
     statuses: list[SystemStatus] = []
     for system in systems:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from clef_pipelines.evals.config import EvalConfig
+from clef_pipelines.retrieval.config import RetrievalConfig
 
 #: Who fills a candidate column; the reason a system that needs the column cannot run.
 COLUMN_PROVIDERS: dict[str, str] = {
@@ -32,6 +33,7 @@ class SystemContext:
     config: EvalConfig
     queries: pl.DataFrame  # query_id, text, relevant, unanswerable
     dev_query_ids: set[str] = field(default_factory=set)  # for systems that tune a threshold
+    retrieval: RetrievalConfig | None = None  # the query path's thresholds (Clef systems)
 
 
 @dataclass
