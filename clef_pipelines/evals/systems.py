@@ -20,7 +20,8 @@ from clef_pipelines.retrieval.config import RetrievalConfig
 #: Who fills a candidate column; the reason a system that needs the column cannot run.
 COLUMN_PROVIDERS: dict[str, str] = {
     "vector_score": "vector recall",
-    "clef_relevance": "a Clef backend (clef.backend)",
+    "clef_is_relevant": "a Clef backend (clef.backend)",
+    "clef_evidence": "a Clef backend (clef.backend)",
     "clef_gate": "a Clef backend (clef.backend)",
     "guard_score": "the offline injection guard (clef_pipelines.steering.guard)",
 }

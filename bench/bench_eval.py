@@ -1,0 +1,93 @@
+"""The whole evaluation run: SciFact train (vector), SQuAD 2.0 (abstention), injections.
+
+    .venv/bin/python bench/bench_eval.py [--data-dir DIR] [--embedder minilm|hash] [--only NAME]
+
+Each dataset runs as `clef-pipelines eval ... --json` in a child process (ingestion of the
+dataset's collection by the normal graph, then eval_job), timed, with the child's peak
+memory (ru_maxrss from wait4). Prints each report's Markdown table and a timing table.
+With a persistent --data-dir, a second run reuses the collections (nothing re-embedded).
+The Clef rows compute only when a Clef backend is configured in the environment
+(CLEF_BASE_URL, or Workers AI credentials); otherwise they say they need one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+DATASETS = {
+    "scifact": ["beir:" + str(DATA / "scifact"), "--split", "train"],
+    "squad2": ["squad:" + str(DATA / "squad2" / "train-v2.0.json")],
+    "injections": [
+        "injections:" + str(DATA / "prompt_injections" / "train.jsonl"),
+        "--host",
+        "squad:" + str(DATA / "squad2" / "train-v2.0.json"),
+    ],
+}
+
+
+def run_one(name: str, args: list[str], config: Path, env: dict[str, str]) -> dict:
+    cmd = [sys.executable, "-m", "clef_pipelines", "eval", *args, "--name", name, "--json"]
+    cmd += ["-c", str(config)]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=REPO)
+        # wait4 reaps the child itself and returns its own rusage (peak RSS of that child).
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise SystemExit(f"{name} failed:\n{err.read().decode()[-3000:]}")
+        report = json.loads(out.read())
+    return {"report": report, "seconds": wall, "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=None, help="Keep state here.")
+    parser.add_argument("--embedder", default="minilm", choices=["minilm", "hash"])
+    parser.add_argument("--only", action="append", choices=list(DATASETS))
+    args = parser.parse_args()
+
+    tmp = tempfile.TemporaryDirectory(prefix="bench-eval-")
+    root = args.data_dir or Path(tmp.name)
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "clef-pipelines.yaml"
+    raw: dict = {"data_dir": str(root / "state"), "embedder": {"kind": args.embedder}}
+    if args.embedder == "hash":
+        raw["embedder"]["dimension"] = 256
+    config.write_text(yaml.safe_dump(raw))
+    env = dict(os.environ, DAGSTER_HOME=str(root / "dagster"), PYTHONPATH=str(REPO))
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    timings = []
+    for name in args.only or list(DATASETS):
+        result = run_one(name, DATASETS[name], config, env)
+        report = result["report"]
+        md = Path(root / "state" / "evals" / name / "report.md").read_text()
+        print(md)
+        timings.append((name, result["seconds"], result["peak_rss_mb"], report["queries"]))
+    print("| dataset | queries | wall s | peak RSS MB |\n|---|---|---|---|")
+    for name, seconds, rss, queries in timings:
+        rss_text = f"{rss:.0f}" if rss else "?"
+        print(f"| {name} | {queries} | {seconds:.1f} | {rss_text} |")
+    total = sum(t[1] for t in timings)
+    peak = max((t[2] or 0) for t in timings)
+    print(f"| all | | {total:.1f} | {peak:.0f} |")
+    tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
