@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("clef_pipelines.steering")
 _ANSWER = TypeAdapter(Answer)
 CACHE_FILE = "steering-answers.sqlite3"
+GUARD_CACHE_FILE = "guard-scores.sqlite3"
 
 
 class GuardUnavailable(RuntimeError):
@@ -70,8 +71,11 @@ class Steering:
         self._guard = guard
         self._guard_error: str | None = None
         self.cache: AnswerCache | None = None
+        self.guard_cache: AnswerCache | None = None
         if data_dir is not None and self.clef_enabled:
             self.cache = AnswerCache(Path(data_dir) / CACHE_FILE)
+        if data_dir is not None and cfg.guard.mode != "off":
+            self.guard_cache = AnswerCache(Path(data_dir) / GUARD_CACHE_FILE)
 
     @property
     def clef_enabled(self) -> bool:
@@ -181,15 +185,34 @@ class Steering:
         return float(guard.threshold if t is None else t)
 
     def guard_scores(self, texts: Sequence[str]) -> np.ndarray | None:
+        """P(injection) per text; scores of texts this guard version scored before come from
+        the cache (a re-decided document costs no MiniLM pass)."""
         guard = self.guard()
         if guard is None or not texts:
-            return None if guard is None else np.zeros(0, dtype=np.float32)
-        return np.asarray(guard.score(list(texts)), dtype=np.float64)
+            return None if guard is None else np.zeros(0, dtype=np.float64)
+        out = np.zeros(len(texts), dtype=np.float64)
+        version = str(getattr(guard, "version", ""))
+        keys = [hashlib.sha256(f"guard\x1f{version}\x1f{t}".encode()).hexdigest() for t in texts]
+        todo: list[int] = []
+        for i, key in enumerate(keys):
+            hit = self.guard_cache.get(key) if self.guard_cache is not None else None
+            if hit is None:
+                todo.append(i)
+            else:
+                out[i] = float(hit["p"])
+        if todo:
+            scores = np.asarray(guard.score([texts[i] for i in todo]), dtype=np.float64)
+            for i, score in zip(todo, scores, strict=True):
+                out[i] = float(score)
+                if self.guard_cache is not None:
+                    self.guard_cache.put(keys[i], "guard", version, {"p": float(score)})
+        return out
 
     def close(self) -> None:
-        if self.cache is not None:
-            self.cache.close()
-            self.cache = None
+        for cache in (self.cache, self.guard_cache):
+            if cache is not None:
+                cache.close()
+        self.cache = self.guard_cache = None
 
 
 _GUARD_LOCK = threading.Lock()

@@ -43,6 +43,16 @@ def test_guard_alone_quarantines_the_planted_paragraph_and_nothing_else(
     finally:
         store.close()
     assert report.checks and all(report.checks.values()), report.checks
+    # A new threshold re-decides every document from the stored guard scores: no MiniLM pass.
+    from clef_pipelines.steering.runtime import load_guard
+
+    scored = load_guard().windows_scored
+    ws.write_config(clef={"backend": "off"}, steering={"guard": {"mode": "on", "threshold": 0.0}})
+    (again,) = ws.ingest()
+    assert again.success, again.error
+    assert again.assets["source_documents"]["documents_changed"] == 5
+    assert load_guard().windows_scored == scored
+    assert all(r["quarantined"] for r in ws.records())
 
 
 def test_a_check_fails_when_quarantine_exceeds_its_bound(
