@@ -72,18 +72,16 @@ class _LoopThread:
 
 
 def screened_at_ingest(manifest: dict[str, Any] | None) -> bool:
-    """Whether the collection's manifest shows its text was screened for planted instructions
-    at ingest (then classify need not ask `instructs_ai` again): every source's
-    `sources.<name>.steering.screened`, as `store_sync` records it, or a collection-wide
-    `steering.screened`. A missing manifest or an unscreened source means no."""
-    manifest = manifest or {}
-    sources = manifest.get("sources")
-    if isinstance(sources, dict) and sources:
-        flags = [((s or {}).get("steering") or {}).get("screened") for s in sources.values()]
-        if any(f is not None for f in flags):
-            return all(bool(f) for f in flags)
-    steering = manifest.get("steering")
-    return isinstance(steering, dict) and bool(steering.get("screened"))
+    """Whether the collection's text was screened for planted instructions at ingest (then
+    classify need not ask `instructs_ai` again): every source screened, as `store_sync`
+    records it (`steering.manifest.screened_at_ingest`), or a collection-wide
+    `steering.screened` flag. A missing manifest or an unscreened source means no."""
+    from clef_pipelines.steering.manifest import screened_at_ingest as every_source_screened
+
+    steering = (manifest or {}).get("steering")
+    if isinstance(steering, dict) and steering.get("screened"):
+        return True
+    return every_source_screened(manifest)
 
 
 def routable_fields(settings: Settings) -> list[RouteField]:

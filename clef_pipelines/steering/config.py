@@ -85,6 +85,10 @@ class TaxonomyField(StrictModel):
     options: dict[str, str | None] = Field(
         description="Option id -> short description (or null); must include `other`."
     )
+    route: bool = Field(
+        False,
+        description="Queries may be routed by this field (retrieval.route filters tag_<name>).",
+    )
 
     @field_validator("name")
     @classmethod

@@ -144,3 +144,27 @@ def test_neighbours_of_a_chunk_that_is_not_self_contained(
     assert [c.text for c in res.passages] == texts[:2]
     assert res.passages[0].expanded_from == col.id_of(texts[1])
     assert res.stage("expand").details["added"] == 1
+
+
+def test_taxonomy_fields_marked_route_are_routable(tmp_path: Any) -> None:
+    from clef_pipelines.config import Settings
+    from clef_pipelines.retrieval.retriever import routable_fields
+
+    settings = Settings(
+        base_dir=str(tmp_path),
+        steering={
+            "enrich": {
+                "taxonomy": {
+                    "fields": [
+                        {
+                            "name": "topic",
+                            "options": {"network": "x", "other": None},
+                            "route": True,
+                        },
+                        {"name": "kind", "options": {"faq": "y", "other": None}},
+                    ]
+                }
+            }
+        },
+    )
+    assert [f.name for f in routable_fields(settings)] == ["topic"]
