@@ -88,7 +88,7 @@ class Detector:
 
     name: str
     description: str
-    load: Callable[[], tuple[Callable[[list[str]], list[float]], float] | str]
+    load: Callable[[Any], tuple[Callable[[list[str]], list[float]], float] | str]
 
 
 DETECTORS: dict[str, Detector] = {}
@@ -100,12 +100,17 @@ def register_detector(detector: Detector) -> Detector:
 
 
 def detector_rows(
-    texts: Sequence[str], labels: Sequence[int], *, samples: int = 1000, seed: int = 13
+    texts: Sequence[str],
+    labels: Sequence[int],
+    *,
+    samples: int = 1000,
+    seed: int = 13,
+    settings: Any = None,
 ) -> list[dict[str, Any]]:
     """Recall and false-quarantine rate of every registered detector on labelled texts."""
     rows: list[dict[str, Any]] = []
     for detector in DETECTORS.values():
-        loaded = detector.load()
+        loaded = detector.load(settings)
         if isinstance(loaded, str):
             rows.append({"name": detector.name, "available": False, "reason": loaded})
             continue
@@ -130,7 +135,7 @@ def detector_rows(
     return rows
 
 
-def _offline_guard() -> tuple[Callable[[list[str]], list[float]], float] | str:
+def _offline_guard(_settings: Any = None) -> tuple[Callable[[list[str]], list[float]], float] | str:
     try:
         from clef_pipelines.steering.guard import InjectionGuard  # type: ignore[import-not-found]
     except ImportError:
@@ -164,7 +169,7 @@ register_detector(
 
 def guard_scores(texts: list[str]) -> list[float] | str:
     """The offline guard's probability for each text, or why it cannot run."""
-    loaded = DETECTORS["offline-guard"].load()
+    loaded = DETECTORS["offline-guard"].load(None)
     if isinstance(loaded, str):
         return loaded
     return loaded[0](texts)
@@ -207,7 +212,7 @@ def planted_rows(
 
     rows.append(summarise("vector, no screening", top(frame), f"top {context_k} chunks"))
     if "guard_score" in frame.columns and frame["guard_score"].null_count() < frame.height:
-        threshold = DETECTORS["offline-guard"].load()
+        threshold = DETECTORS["offline-guard"].load(None)
         cut = threshold[1] if not isinstance(threshold, str) else 0.5
         kept = frame.filter(pl.col("guard_score") < cut)
         rows.append(
@@ -218,8 +223,8 @@ def planted_rows(
             {
                 "name": "vector + offline guard",
                 "available": False,
-                "reason": DETECTORS["offline-guard"].load()
-                if isinstance(DETECTORS["offline-guard"].load(), str)
+                "reason": DETECTORS["offline-guard"].load(None)
+                if isinstance(DETECTORS["offline-guard"].load(None), str)
                 else "guard scores not recorded",
             }
         )
@@ -256,12 +261,32 @@ def planted_rows(
     return rows
 
 
-def _clef_screen() -> tuple[Callable[[list[str]], list[float]], float] | str:
-    try:
-        from clef_pipelines.steering import screen  # type: ignore[attr-defined]  # noqa: F401
-    except ImportError:
-        return "needs the Clef paragraph screen (clef_pipelines.steering.screen), not in this build"
-    return "the Clef paragraph screen row is not wired into the evaluation yet"
+def _clef_screen(settings: Any) -> tuple[Callable[[list[str]], list[float]], float] | str:
+    """The ingest screen's Clef judge alone (guard off), asked about each text as a paragraph."""
+    from clef_pipelines.clef.client import SyncClefClient, resolve_backend
+
+    if settings is None or resolve_backend(settings.clef)[0] == "off":
+        return "needs a Clef backend (clef.backend)"
+    from clef_pipelines.ingest.stages import open_steering
+    from clef_pipelines.steering.screen import screen_blocks
+
+    steering_cfg = settings.steering.model_copy(
+        update={"guard": settings.steering.guard.model_copy(update={"mode": "off"})}
+    )
+    only_clef = settings.model_copy(update={"steering": steering_cfg})
+
+    def score(texts: list[str]) -> list[float]:
+        blocks = pl.DataFrame({"kind": ["paragraph"] * len(texts), "text": texts})
+        client = SyncClefClient(settings.clef, data_dir=settings.data_path)
+        try:
+            screened, report = screen_blocks(blocks, open_steering(only_clef, client))
+        finally:
+            client.close()
+        if report.failures:
+            raise RuntimeError(f"the Clef screen failed after retries: {report.failures[0]}")
+        return [float(p or 0.0) for p in screened["p_instructs_ai"].to_list()]
+
+    return score, settings.steering.screen.quarantine_instructs_ai_at
 
 
 register_detector(Detector("clef-screen", "Clef paragraph screen", _clef_screen))

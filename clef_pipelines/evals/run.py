@@ -242,5 +242,6 @@ def injection_section(
             [r.label for r in rows],
             samples=settings.evals.bootstrap_samples,
             seed=settings.evals.seed,
+            settings=settings,
         ),
     }

@@ -124,3 +124,7 @@ def test_planted_injections_reach_prompts_without_screening(fake_clef: Path) -> 
     assert screened["prompts_reached"] < unscreened["prompts_reached"]
     detectors = {r["name"]: r for r in section["detectors"]}
     assert set(detectors) >= {"offline-guard", "clef-screen"}
+    # The Clef screen asks the fake server about every labelled text (plumbing, not quality).
+    screen = detectors["clef-screen"]
+    assert screen["available"] and screen["texts"] == 546, screen
+    assert "NOT model quality" in report["clef_label"]
