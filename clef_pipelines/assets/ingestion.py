@@ -427,6 +427,7 @@ def store_sync(
         steering=steering_manifest(settings.steering, clef_enabled=clef_enabled(settings)),
         batch_rows=settings.sync_batch_rows,
         progress=lambda done, total: progress_report("sync", done, total),
+        text_language=settings.store.text_language,
     )
     total = store.count(collection) if store.has_collection(collection) else 0
     return dg.MaterializeResult(

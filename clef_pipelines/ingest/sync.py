@@ -47,7 +47,13 @@ def payload_columns(frame: pl.DataFrame) -> list[str]:
     return [c for c in frame.columns if is_payload_column(c)]
 
 
-def collection_spec(name: str, embedder: Embedder, frame: pl.DataFrame) -> CollectionSpec:
+#: What full-text search reads: the embedded text is title + section path + chunk text.
+TEXT_FIELDS: tuple[str, ...] = ("embed_text",)
+
+
+def collection_spec(
+    name: str, embedder: Embedder, frame: pl.DataFrame, *, text_language: str = "english"
+) -> CollectionSpec:
     fields: dict[str, FieldType] = dict(RECORD_FIELDS)
     for col in payload_columns(frame):
         if col not in fields:
@@ -58,6 +64,8 @@ def collection_spec(name: str, embedder: Embedder, frame: pl.DataFrame) -> Colle
         metric=embedder.metric,
         fields=fields,
         filter_fields=FILTER_FIELDS,
+        text_fields=TEXT_FIELDS,
+        text_language=text_language,
     )
 
 
@@ -189,6 +197,7 @@ def sync_source(
     steering: dict[str, Any] | None = None,
     batch_rows: int = 512,
     progress: ProgressFn | None = None,
+    text_language: str = "english",
 ) -> SyncReport:
     """Make the store hold exactly the current chunks of `source`, touching no other source."""
     report = SyncReport()
@@ -199,7 +208,9 @@ def sync_source(
     if not store.has_collection(collection) and embedded.height == 0:
         return report  # only removals, and there is nothing stored to remove them from
     check_manifest(store.get_manifest(collection), collection, embedder)
-    store.ensure_collection(collection_spec(collection, embedder, embedded))
+    store.ensure_collection(
+        collection_spec(collection, embedder, embedded, text_language=text_language)
+    )
 
     kill_after = int(os.environ.get(KILL_AFTER_UPSERTS_ENV, "0") or 0)
     total = embedded.height

@@ -18,10 +18,12 @@ from clef_pipelines.stores.base import (
     FieldType,
     Filter,
     Metric,
+    NoTextSearch,
     Record,
     StoreError,
     normalise_score,
 )
+from clef_pipelines.stores.text import LANGUAGES
 
 if TYPE_CHECKING:
     from clef_pipelines.stores.filters import Node
@@ -69,7 +71,16 @@ def normalise_spec(spec: CollectionSpec) -> CollectionSpec:
             raise StoreError(f"collection {spec.name!r}: filter field {f!r} is not a field")
     if QUARANTINE_FIELD not in filter_fields:
         filter_fields.append(QUARANTINE_FIELD)
-    return replace(spec, fields=fields, filter_fields=tuple(filter_fields))
+    text_fields = tuple(dict.fromkeys(spec.text_fields))
+    for f in text_fields:
+        if fields.get(f) != "str":
+            raise StoreError(f"collection {spec.name!r}: text field {f!r} is not a str field")
+    if spec.text_language not in LANGUAGES:
+        raise StoreError(
+            f"collection {spec.name!r}: text_language {spec.text_language!r} is not supported "
+            f"(one of {', '.join(sorted(LANGUAGES))})"
+        )
+    return replace(spec, fields=fields, filter_fields=tuple(filter_fields), text_fields=text_fields)
 
 
 def merge_specs(existing: CollectionSpec, wanted: CollectionSpec) -> CollectionSpec:
@@ -89,7 +100,23 @@ def merge_specs(existing: CollectionSpec, wanted: CollectionSpec) -> CollectionS
             )
         fields[name] = ftype
     ff = tuple(dict.fromkeys((*existing.filter_fields, *wanted.filter_fields)))
-    return replace(existing, fields=fields, filter_fields=ff)
+    text_fields, language = existing.text_fields, existing.text_language
+    if wanted.text_fields:
+        if text_fields and (text_fields, language) != (wanted.text_fields, wanted.text_language):
+            raise StoreError(
+                f"collection {existing.name!r} has full-text search over {list(text_fields)} "
+                f"({language}); asked for {list(wanted.text_fields)} ({wanted.text_language}) "
+                "(drop it or use another name)"
+            )
+        # A collection made before full-text search gains it: the adapter fills it in.
+        text_fields, language = wanted.text_fields, wanted.text_language
+    return replace(
+        existing,
+        fields=fields,
+        filter_fields=ff,
+        text_fields=text_fields,
+        text_language=language,
+    )
 
 
 def spec_to_json(spec: CollectionSpec) -> dict[str, Any]:
@@ -99,6 +126,8 @@ def spec_to_json(spec: CollectionSpec) -> dict[str, Any]:
         "metric": spec.metric,
         "fields": dict(spec.fields),
         "filter_fields": list(spec.filter_fields),
+        "text_fields": list(spec.text_fields),
+        "text_language": spec.text_language,
     }
 
 
@@ -109,6 +138,9 @@ def spec_from_json(data: Mapping[str, Any]) -> CollectionSpec:
         metric=data["metric"],
         fields=dict(data["fields"]),
         filter_fields=tuple(data["filter_fields"]),
+        # Collections written before full-text search have neither key.
+        text_fields=tuple(data.get("text_fields") or ()),
+        text_language=data.get("text_language") or "english",
     )
 
 
@@ -353,3 +385,28 @@ def query_plan(
     if top_k == 0 or (isinstance(node, Const) and not node.value):
         return None
     return q, node
+
+
+def text_plan(
+    spec: CollectionSpec,
+    text: str,
+    where: Filter | None,
+    top_k: int,
+    include_quarantined: bool,
+) -> Node | None:
+    """The full filter (quarantine included) of a full-text query, or None when it can return
+    nothing (top_k 0, a blank query, or a filter that matches nothing)."""
+    from clef_pipelines.stores.filters import Const, parse_filter, with_quarantine
+
+    if not spec.text_fields:
+        raise NoTextSearch(
+            f"collection {spec.name!r} has no full-text search (no text fields); ingest it "
+            "again with this version, or query with mode 'vector'"
+        )
+    if not isinstance(text, str):
+        raise StoreError(f"collection {spec.name!r}: text query must be a str, got {text!r}")
+    check_top_k(top_k)
+    node = with_quarantine(parse_filter(where, spec.fields), spec.fields, include_quarantined)
+    if top_k == 0 or not text.strip() or (isinstance(node, Const) and not node.value):
+        return None
+    return node

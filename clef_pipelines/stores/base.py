@@ -25,11 +25,18 @@ class StoreError(RuntimeError):
     """A store operation failed or was refused; the message says which collection and why."""
 
 
+class NoTextSearch(StoreError):
+    """A full-text query on a collection made without text fields (or a store without it)."""
+
+
 @dataclass(frozen=True)
 class CollectionSpec:
     """What a collection holds: vector size, metric, and the payload fields with their types.
 
     ``filter_fields`` are the payload fields that get an index (scalar, payload or B-tree).
+    ``text_fields`` are the str fields full-text search reads (joined in this order); none
+    means the collection has no full-text search. ``text_language`` picks stemming and stop
+    words (see `clef_pipelines.stores.text.LANGUAGES`).
     """
 
     name: str
@@ -37,6 +44,8 @@ class CollectionSpec:
     metric: Metric = "cosine"
     fields: dict[str, FieldType] = field(default_factory=dict)
     filter_fields: tuple[str, ...] = ()
+    text_fields: tuple[str, ...] = ()
+    text_language: str = "english"
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,27 @@ class VectorStore(ABC):
         include_quarantined: bool = False,
     ) -> list[Hit]:
         """The top_k nearest records matching the filter, best first."""
+
+    def text_query(
+        self,
+        collection: str,
+        text: str,
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        """The top_k records whose text fields best match ``text`` (any of its terms, stemmed,
+        ranked by the engine's relevance), filtered exactly like `query`, best first.
+        ``Hit.score`` is the raw relevance mapped into [0, 1) (`stores.text.text_score`)."""
+        raise NoTextSearch(f"the {self.kind} store has no full-text search")
+
+    def ensure_text_index(self, collection: str) -> dict[str, Any]:
+        """Make the full-text index current: create it if missing, fold in rows written since
+        (where the engine indexes in batches); nothing when it is already current. Writes keep
+        text search correct without it (unindexed rows are searched directly); an index step
+        may call it to keep queries fast. Returns what was done."""
+        return {"text_index": "maintained on write"}
 
     @abstractmethod
     def get_manifest(self, collection: str) -> dict[str, Any] | None: ...

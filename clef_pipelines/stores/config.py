@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from clef_pipelines._strict import StrictModel
+from clef_pipelines.stores.text import TextLanguage
 
 
 class LanceDBConfig(StrictModel):
@@ -75,6 +76,11 @@ class PgVectorConfig(StrictModel):
 
 class StoreConfig(StrictModel):
     kind: Literal["lancedb", "qdrant", "pgvector", "memory"] = "lancedb"
+    text_language: TextLanguage = Field(
+        "english",
+        description="Stemming and stop words of the full-text index; fixed when a collection "
+        "is made.",
+    )
     lancedb: LanceDBConfig = LanceDBConfig()
     qdrant: QdrantConfig = QdrantConfig()
     pgvector: PgVectorConfig = PgVectorConfig()

@@ -14,6 +14,12 @@
 - Every ``optimize_every`` writes (and in `maintain`) the table is compacted, its indexes
   updated and versions older than ``cleanup_older_than_s`` removed (``optimize(
   cleanup_older_than=...)``), so the disk does not grow without bound.
+- Full-text search (collections with ``text_fields``): a ``_text`` column holds the text
+  fields joined, written with every upsert, under LanceDB's native inverted (FTS) index with
+  the collection's language (stemming, stop words, ASCII folding). The index is created on
+  the first write; rows written after it are searched directly (flat) until `optimize` or
+  `ensure_text_index` folds them in, and updates/deletes are deletion vectors, so an edited
+  or removed record's old text is never matched and nothing is ever rebuilt.
 - Spec and manifest live in ``<path>/_clef_meta/<collection>.json``.
 """
 
@@ -44,6 +50,7 @@ from clef_pipelines.stores._common import (
     score,
     spec_from_json,
     spec_to_json,
+    text_plan,
 )
 from clef_pipelines.stores.base import (
     CollectionSpec,
@@ -61,11 +68,13 @@ from clef_pipelines.stores.filters import (
     parse_filter,
     to_lance,
 )
+from clef_pipelines.stores.text import text_of, text_score
 
 _ARROW = {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}
 _CAST = {"str": "string", "int": "bigint", "float": "double", "bool": "boolean"}
 _META_DIR = "_clef_meta"
 _EXTRA = "_extra"
+_TEXT = "_text"
 _ID_CHUNK = 1000
 
 
@@ -167,6 +176,8 @@ class LanceDBStore(VectorStore):
         ]
         cols += [pa.field(f, _ARROW[t]) for f, t in spec.fields.items()]
         cols.append(pa.field(_EXTRA, pa.string()))
+        if spec.text_fields:
+            cols.append(pa.field(_TEXT, pa.string()))
         return pa.schema(cols)
 
     # ------------------------------------------------------------ collections
@@ -183,6 +194,11 @@ class LanceDBStore(VectorStore):
                     self._table(spec.name).add_columns(
                         {f: f"CAST(NULL AS {_CAST[t]})" for f, t in added.items()}
                     )
+                if new.text_fields and not old.text_fields:
+                    # Full-text search switched on for an existing table: fill the column from
+                    # the stored fields (the index follows on the next write or query).
+                    joined = ", ".join(f"`{f}`" for f in new.text_fields)
+                    self._table(spec.name).add_columns({_TEXT: f"concat_ws(' ', {joined})"})
                 if new != old:
                     meta["spec"] = spec_to_json(new)
                     self._write_meta(spec.name, meta)
@@ -233,6 +249,10 @@ class LanceDBStore(VectorStore):
         for f, t in spec.fields.items():
             columns[f] = pa.array([p[f] for p in prep.payloads], _ARROW[t])
         columns[_EXTRA] = pa.array([extras_to_json(e) for e in prep.extras], pa.string())
+        if spec.text_fields:
+            columns[_TEXT] = pa.array(
+                [text_of(p, spec.text_fields) for p in prep.payloads], pa.string()
+            )
         data = pa.Table.from_pydict(columns, schema=self._schema(spec))
         with self._lock:
             t = self._table(collection)
@@ -276,6 +296,7 @@ class LanceDBStore(VectorStore):
         self._writes[name] = self._writes.get(name, 0) + 1
         if self._writes[name] == 1:
             self._ensure_scalar_indexes(spec)
+            self._ensure_fts_index(spec)
         if self.optimize_every and self._writes[name] % self.optimize_every == 0:
             self._optimize(name)
 
@@ -315,6 +336,55 @@ class LanceDBStore(VectorStore):
             t.create_scalar_index(f, index_type=kind, replace=True)
             made.append(f)
         return made
+
+    @staticmethod
+    def _fts_index(t: Any) -> Any:
+        return next((ix for ix in t.list_indices() if _TEXT in ix.columns), None)
+
+    def _ensure_fts_index(self, spec: CollectionSpec) -> bool:
+        """Create the inverted index over ``_text`` if it is missing and there are rows."""
+        if not spec.text_fields:
+            return False
+        from lancedb.index import FTS
+
+        t = self._table(spec.name)
+        if self._fts_index(t) is not None or t.count_rows() == 0:
+            return False
+        config = FTS(
+            language=spec.text_language.capitalize(),
+            stem=True,
+            remove_stop_words=True,
+            ascii_folding=True,
+        )
+        t.create_index(_TEXT, config=config, replace=True)
+        return True
+
+    def ensure_text_index(self, collection: str) -> dict[str, Any]:
+        spec = self.get_spec(collection)
+        if not spec.text_fields:
+            return {"text_index": "none (no text fields)"}
+        with self._lock:
+            t = self._table(collection)
+            if self._ensure_fts_index(spec):
+                done = "built"
+            else:
+                ix = self._fts_index(t)
+                if ix is None:
+                    return {"text_index": "none yet (empty table)"}
+                stats = t.index_stats(ix.name)
+                unindexed = int(getattr(stats, "num_unindexed_rows", 0) or 0)
+                if unindexed:
+                    # Folds the rows written since into the index (a delta, not a rebuild).
+                    self._optimize(collection)
+                    done = f"updated ({unindexed} rows folded in)"
+                else:
+                    done = "up to date"
+            stats = t.index_stats(self._fts_index(t).name)
+        return {
+            "text_index": done,
+            "text_indexed_rows": int(getattr(stats, "num_indexed_rows", 0) or 0),
+            "text_unindexed_rows": int(getattr(stats, "num_unindexed_rows", 0) or 0),
+        }
 
     def _build_vector_index(self, spec: CollectionSpec) -> str:
         from lancedb.index import HnswSq, IvfFlat, IvfPq
@@ -377,6 +447,8 @@ class LanceDBStore(VectorStore):
                 done["vector_index"] = (
                     f"none below {self.index_threshold} rows (queries search exactly)"
                 )
+        if spec.text_fields:
+            done.update(self.ensure_text_index(collection))
         done.update(self.index_status(collection))
         return done
 
@@ -489,6 +561,37 @@ class LanceDBStore(VectorStore):
                 Hit(id=rec["id"], score=score(spec.metric, canon), raw_score=float(d), record=rec)
             )
         hits.sort(key=lambda h: (-h.score, h.id))
+        return hits
+
+    def text_query(
+        self,
+        collection: str,
+        text: str,
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        spec = self.get_spec(collection)
+        node = text_plan(spec, text, where, top_k, include_quarantined)
+        if node is None:
+            return []
+        t = self._table(collection)
+        if self._fts_index(t) is None:
+            with self._lock:
+                if not self._ensure_fts_index(spec):
+                    return []  # an empty table
+        s = t.search(text, query_type="fts", fts_columns=_TEXT)
+        clause = to_lance(node)
+        if clause is not None:
+            s = s.where(clause, prefilter=True)
+        tbl = s.select([*self._select(spec, None), "_score"]).limit(top_k).to_arrow()
+        rows = self._rows(spec, tbl, None)
+        hits = [
+            Hit(id=rec["id"], score=text_score(float(r)), raw_score=float(r), record=rec)
+            for rec, r in zip(rows, tbl["_score"].to_pylist(), strict=True)
+        ]
+        hits.sort(key=lambda h: (-h.raw_score, h.id))
         return hits
 
     def _search(

@@ -1,11 +1,15 @@
-"""In-memory store: the reference semantics (exact search, the reference filter evaluator).
-For tests and tiny demos; nothing is persisted."""
+"""In-memory store: the reference semantics (exact search, the reference filter evaluator,
+a plain BM25 over `stores.text.analyse` terms). For tests and tiny demos; nothing is persisted.
+
+Document frequencies are kept in step on every upsert and delete, so text search never sees
+an edited or removed record's old terms and never needs a rebuild."""
 
 from __future__ import annotations
 
 import copy
 import json
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +28,7 @@ from clef_pipelines.stores._common import (
     prepare_records,
     require_delete_target,
     score,
+    text_plan,
 )
 from clef_pipelines.stores.base import (
     CollectionSpec,
@@ -34,6 +39,7 @@ from clef_pipelines.stores.base import (
     VectorStore,
 )
 from clef_pipelines.stores.filters import evaluate, parse_filter, with_quarantine
+from clef_pipelines.stores.text import bm25_idf, bm25_tf, term_counts, text_of, text_score
 
 
 @dataclass
@@ -41,6 +47,7 @@ class _Row:
     vector: np.ndarray
     payload: dict[str, Any]
     extra: dict[str, Any]
+    terms: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -48,6 +55,33 @@ class _Collection:
     spec: CollectionSpec
     rows: dict[str, _Row] = field(default_factory=dict)
     manifest: dict[str, Any] | None = None
+    #: Rows holding each term, and the total number of terms (BM25's df and average length).
+    df: Counter[str] = field(default_factory=Counter)
+    total_terms: int = 0
+
+    def index_row(self, row: _Row) -> None:
+        spec = self.spec
+        if spec.text_fields:
+            row.terms = term_counts(text_of(row.payload, spec.text_fields), spec.text_language)
+        self.df.update(row.terms.keys())
+        self.total_terms += sum(row.terms.values())
+
+    def unindex_row(self, row: _Row) -> None:
+        self.df.subtract(row.terms.keys())
+        self.total_terms -= sum(row.terms.values())
+        for term in row.terms:
+            if self.df[term] <= 0:
+                del self.df[term]
+
+    def put(self, rid: str, row: _Row) -> None:
+        old = self.rows.get(rid)
+        if old is not None:
+            self.unindex_row(old)
+        self.index_row(row)
+        self.rows[rid] = row
+
+    def remove(self, rid: str) -> None:
+        self.unindex_row(self.rows.pop(rid))
 
 
 class MemoryStore(VectorStore):
@@ -70,7 +104,12 @@ class MemoryStore(VectorStore):
             if col is None:
                 self._cols[spec.name] = _Collection(spec)
             else:
+                before = col.spec
                 col.spec = merge_specs(col.spec, spec)
+                if col.spec.text_fields != before.text_fields:
+                    # Full-text search switched on: index what is already there.
+                    for rid, row in list(col.rows.items()):
+                        col.put(rid, row)
 
     def get_spec(self, name: str) -> CollectionSpec:
         return self._col(name).spec
@@ -86,7 +125,7 @@ class MemoryStore(VectorStore):
             col = self._col(collection)
             prep = prepare_records(col.spec, records)
             for i, rid in enumerate(prep.ids):
-                col.rows[rid] = _Row(prep.vectors[i].copy(), prep.payloads[i], prep.extras[i])
+                col.put(rid, _Row(prep.vectors[i].copy(), prep.payloads[i], prep.extras[i]))
             return len(prep)
 
     def _match(self, col: _Collection, where: Filter | None) -> list[str]:
@@ -106,7 +145,7 @@ class MemoryStore(VectorStore):
                 cands = list(col.rows)
             gone = [rid for rid in cands if evaluate(node, {"id": rid, **col.rows[rid].payload})]
             for rid in gone:
-                del col.rows[rid]
+                col.remove(rid)
             return len(gone)
 
     def get(
@@ -182,6 +221,43 @@ class MemoryStore(VectorStore):
                 )
             )
         return hits
+
+    def text_query(
+        self,
+        collection: str,
+        text: str,
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        col = self._col(collection)
+        node = text_plan(col.spec, text, where, top_k, include_quarantined)
+        if node is None:
+            return []
+        terms = set(term_counts(text, col.spec.text_language))
+        with self._lock:
+            n_docs = len(col.rows)
+            avg_len = col.total_terms / n_docs if n_docs else 0.0
+            idf = {t: bm25_idf(n_docs, col.df[t]) for t in terms if col.df.get(t)}
+            scored = []
+            for rid, row in col.rows.items():
+                common = [t for t in idf if t in row.terms]
+                if not common or not evaluate(node, {"id": rid, **row.payload}):
+                    continue
+                length = sum(row.terms.values())
+                raw = sum(idf[t] * bm25_tf(row.terms[t], length, avg_len) for t in common)
+                scored.append((raw, rid, row))
+        scored.sort(key=lambda x: (-x[0], x[1]))
+        return [
+            Hit(
+                id=rid,
+                score=text_score(raw),
+                raw_score=raw,
+                record=output_record(col.spec, rid, row.payload, row.extra),
+            )
+            for raw, rid, row in scored[:top_k]
+        ]
 
     def get_manifest(self, collection: str) -> dict[str, Any] | None:
         col = self._cols.get(collection)

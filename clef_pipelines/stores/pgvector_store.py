@@ -15,6 +15,11 @@
   into SQL. Identifiers go through ``sql.Identifier``.
 - Upserts into an empty table (a first load) are a binary COPY straight into the table; later
   upserts stage rows with binary COPY, then ``INSERT .. ON CONFLICT (id) DO UPDATE``.
+- Full-text search (collections with ``text_fields``): a stored generated column ``_tsv =
+  to_tsvector(<language>, text fields joined)`` under a GIN index. PostgreSQL recomputes it
+  on every insert and update, so the index is always current and never rebuilt. A query is
+  the stemmed terms of ``plainto_tsquery`` joined with OR (a sentence-long query would match
+  almost nothing with AND), ranked by ``ts_rank`` with length normalisation.
 - Spec and manifest live in ``<schema>._clef_collections``.
 """
 
@@ -42,6 +47,7 @@ from clef_pipelines.stores._common import (
     score,
     spec_from_json,
     spec_to_json,
+    text_plan,
 )
 from clef_pipelines.stores.base import (
     CollectionSpec,
@@ -59,10 +65,15 @@ from clef_pipelines.stores.filters import (
     pg_params,
     to_pg,
 )
+from clef_pipelines.stores.text import text_score
 
 META_TABLE = "_clef_collections"
 _VEC = "_vec"
 _EXTRA = "_extra"
+_TSV = "_tsv"
+#: ts_rank normalisation: divide by 1 + log(document length), so long chunks do not win on
+#: term counts alone.
+_RANK_NORMALISATION = 1
 _PG_TYPES = {"str": "text", "int": "bigint", "float": "double precision", "bool": "boolean"}
 _OPS: dict[str, tuple[str, str]] = {
     "cosine": ("<=>", "vector_cosine_ops"),
@@ -173,6 +184,29 @@ class PgVectorStore(VectorStore):
             )
         return out
 
+    def _text_ddl(self, spec: CollectionSpec) -> list[Any]:
+        """The generated tsvector column and its GIN index (an ALTER computes it for every
+        row already there)."""
+        from psycopg import sql
+
+        joined = sql.SQL(" || ' ' || ").join(
+            sql.SQL("coalesce({}, '')").format(sql.Identifier(f)) for f in spec.text_fields
+        )
+        return [
+            sql.SQL(
+                "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} tsvector GENERATED ALWAYS AS "
+                "(to_tsvector({}::regconfig, {})) STORED"
+            ).format(
+                self._t(spec.name),
+                sql.Identifier(_TSV),
+                sql.Literal(spec.text_language),
+                joined,
+            ),
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin ({})").format(
+                sql.Identifier(_ix(spec.name, _TSV)), self._t(spec.name), sql.Identifier(_TSV)
+            ),
+        ]
+
     def ensure_collection(self, spec: CollectionSpec) -> None:
         from psycopg import sql
         from psycopg.types.json import Jsonb
@@ -203,6 +237,9 @@ class PgVectorStore(VectorStore):
                     new, [f for f in new.filter_fields if f not in old.filter_fields]
                 ):
                     cur.execute(ddl)
+                if new.text_fields and not old.text_fields:
+                    for ddl in self._text_ddl(new):
+                        cur.execute(ddl)
                 cur.execute(
                     sql.SQL("UPDATE {} SET spec = %s WHERE name = %s").format(self._t(META_TABLE)),
                     (Jsonb(spec_to_json(new)), spec.name),
@@ -222,6 +259,9 @@ class PgVectorStore(VectorStore):
             )
             for ddl in self._index_ddl(spec, spec.filter_fields):
                 cur.execute(ddl)
+            if spec.text_fields:
+                for ddl in self._text_ddl(spec):
+                    cur.execute(ddl)
             cur.execute(
                 sql.SQL("INSERT INTO {} (name, spec, manifest) VALUES (%s, %s, NULL)").format(
                     self._t(META_TABLE)
@@ -445,6 +485,48 @@ class PgVectorStore(VectorStore):
             )
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits
+
+    def text_query(
+        self,
+        collection: str,
+        text: str,
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        from psycopg import sql
+
+        spec = self.get_spec(collection)
+        node = text_plan(spec, text, where, top_k, include_quarantined)
+        if node is None:
+            return []
+        cols = self._cols(spec, None)
+        stmt = sql.SQL(
+            "WITH _clef_tsq AS (SELECT replace(plainto_tsquery({lang}::regconfig, %s)::text, "
+            "' & ', ' | ')::tsquery AS _clef_q) "
+            "SELECT {cols}, ts_rank({tsv}, _clef_q, {norm}) AS _clef_r FROM {t}, _clef_tsq "
+            "WHERE {tsv} @@ _clef_q AND {w} ORDER BY _clef_r DESC, id LIMIT %s"
+        ).format(
+            lang=sql.Literal(spec.text_language),
+            cols=sql.SQL(", ").join(sql.Identifier(c) for c in cols),
+            tsv=sql.Identifier(_TSV),
+            norm=sql.Literal(_RANK_NORMALISATION),
+            t=self._t(spec.name),
+            w=to_pg(node),
+        )
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(stmt, [text, *pg_params(node), top_k])
+            rows = list(cur.fetchall())
+        return [
+            Hit(
+                id=r[0],
+                score=text_score(float(r[-1])),
+                raw_score=float(r[-1]),
+                record=self._to_record(spec, cols, r[:-1], None),
+            )
+            for r in rows
+        ]
 
     def _search(
         self,

@@ -10,6 +10,11 @@ or local mode by path or ``:memory:``.
   current as points arrive. Segments not yet indexed are searched by full scan (exact).
 - Search is ``query_points`` with the compiled ``models.Filter``; if an approximate search
   returns fewer than k rows that the filter admits, it is repeated with ``exact=True``.
+- Full-text search: every collection has a sparse vector ``text`` with Qdrant's IDF modifier.
+  Each point's sparse vector holds its text fields' stemmed terms (`stores.text`, hashed to
+  32-bit indices) with BM25 term weights computed locally; Qdrant multiplies by IDF at query
+  time from its own live document counts, so an upsert or delete keeps ranking correct with
+  no rebuild, and an edited point's old terms go with its old vector.
 - Spec and manifest live in a small side collection ``_clef_meta`` (one point per collection).
 
 Note: with the cosine metric Qdrant stores unit-normalised vectors, so ``get(with_vectors=True)``
@@ -40,6 +45,7 @@ from clef_pipelines.stores._common import (
     score,
     spec_from_json,
     spec_to_json,
+    text_plan,
 )
 from clef_pipelines.stores.base import (
     CollectionSpec,
@@ -55,8 +61,11 @@ from clef_pipelines.stores.filters import (
     parse_filter,
     to_qdrant,
 )
+from clef_pipelines.stores.text import sparse_document, sparse_query, text_of, text_score
 
 META_COLLECTION = "_clef_meta"
+#: Name of the sparse (full-text) vector; the dense vector is the unnamed default.
+SPARSE = "text"
 _META_NS = uuid.UUID("0b7a4f3e-31c6-4d7e-9a57-6f1f0f7d2c11")
 
 
@@ -179,6 +188,8 @@ class QdrantStore(VectorStore):
             if meta is not None and exists:
                 old = spec_from_json(meta["spec"])
                 new = merge_specs(old, spec)
+                if new.text_fields and not old.text_fields:
+                    self._backfill_text(new)
                 if new != old:
                     meta["spec"] = spec_to_json(new)
                     self._write_meta(spec.name, meta)
@@ -199,10 +210,46 @@ class QdrantStore(VectorStore):
                 ),
                 # No graph during the first load; build_indexes switches it on.
                 hnsw_config=qm.HnswConfigDiff(m=0),
+                # Always there, so full-text search can be switched on later.
+                sparse_vectors_config={SPARSE: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
             )
             self._payload_indexes(spec)
             self._write_meta(spec.name, {"spec": spec_to_json(spec), "manifest": None})
             self._specs[spec.name] = spec
+
+    def _has_sparse(self, name: str) -> bool:
+        info = self._client.get_collection(name)
+        return SPARSE in (info.config.params.sparse_vectors or {})
+
+    def _backfill_text(self, spec: CollectionSpec) -> None:
+        """Full-text search switched on for an existing collection: write every point's sparse
+        vector from its stored payload."""
+        from qdrant_client import models as qm
+
+        if not self._has_sparse(spec.name):
+            raise StoreError(
+                f"Qdrant collection {spec.name!r} was created without a sparse text vector; "
+                "drop it and ingest again to get full-text search"
+            )
+        offset: Any = None
+        while True:
+            pts, offset = self._client.scroll(
+                spec.name, limit=self.batch_size, offset=offset, with_payload=True
+            )
+            updates = []
+            for p in pts:
+                idx, val = sparse_document(
+                    text_of(p.payload or {}, spec.text_fields), spec.text_language
+                )
+                updates.append(
+                    qm.PointVectors(
+                        id=p.id, vector={SPARSE: qm.SparseVector(indices=idx, values=val)}
+                    )
+                )
+            if updates:
+                self._client.update_vectors(spec.name, points=updates, wait=True)
+            if offset is None:
+                break
 
     def has_collection(self, name: str) -> bool:
         return self._client.collection_exists(name) and self._read_meta(name) is not None
@@ -241,6 +288,24 @@ class QdrantStore(VectorStore):
                 p = {k: v for k, v in prep.payloads[i].items() if v is not None}
                 p.update(prep.extras[i])
                 payloads.append(p)
+            if spec.text_fields:
+                points = []
+                for j, i in enumerate(range(start, end)):
+                    idx, val = sparse_document(
+                        text_of(prep.payloads[i], spec.text_fields), spec.text_language
+                    )
+                    points.append(
+                        qm.PointStruct(
+                            id=prep.ids[i],
+                            vector={
+                                "": prep.vectors[i].tolist(),
+                                SPARSE: qm.SparseVector(indices=idx, values=val),
+                            },
+                            payload=payloads[j],
+                        )
+                    )
+                self._client.upsert(collection, points=points, wait=True)
+                continue
             self._client.upsert(
                 collection,
                 points=qm.Batch(
@@ -281,8 +346,8 @@ class QdrantStore(VectorStore):
         payload = point.payload or {}
         extra = {k: v for k, v in payload.items() if k not in spec.fields}
         vec = point.vector if with_vectors else None
-        if isinstance(vec, dict):  # named vectors are not used here
-            vec = next(iter(vec.values()), None)
+        if isinstance(vec, dict):  # the dense vector is the unnamed one; "text" is sparse
+            vec = vec.get("")
         return output_record(spec, str(point.id), payload, extra, fields, vector=vec)
 
     def get(
@@ -388,6 +453,44 @@ class QdrantStore(VectorStore):
                 )
             )
         hits.sort(key=lambda h: (-h.score, h.id))
+        return hits
+
+    def text_query(
+        self,
+        collection: str,
+        text: str,
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        from qdrant_client import models as qm
+
+        spec = self.get_spec(collection)
+        node = text_plan(spec, text, where, top_k, include_quarantined)
+        if node is None:
+            return []
+        idx, val = sparse_query(text, spec.text_language)
+        if not idx:
+            return []
+        pts = self._client.query_points(
+            collection,
+            query=qm.SparseVector(indices=idx, values=val),
+            using=SPARSE,
+            query_filter=to_qdrant(node),
+            limit=top_k,
+            with_payload=True,
+        ).points
+        hits = [
+            Hit(
+                id=str(p.id),
+                score=text_score(float(p.score)),
+                raw_score=float(p.score),
+                record=self._record(spec, p),
+            )
+            for p in pts
+        ]
+        hits.sort(key=lambda h: (-h.raw_score, h.id))
         return hits
 
     # --------------------------------------------------------------- manifest

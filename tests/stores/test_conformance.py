@@ -576,3 +576,156 @@ def test_10k_filtered_query_returns_exactly_k(
     for rec in fresh[1:6]:  # not quarantined
         assert rec["id"] in [h.id for h in store.query("docs", rec["vector"], top_k=3)]
     assert store.build_indexes("docs")["rows"] == BIG_N - 100 + 200
+
+
+# ------------------------------------------------------------------ full-text and hybrid
+
+TEXT_FIELDS: dict[str, Any] = {"doc_id": "str", "source": "str", "title": "str", "body": "str"}
+
+
+def text_spec(name: str = "notes", text_fields: tuple[str, ...] = ("title", "body")) -> Any:
+    return CollectionSpec(
+        name=name,
+        dimension=DIM,
+        fields=dict(TEXT_FIELDS),
+        filter_fields=("doc_id", "source"),
+        text_fields=text_fields,
+    )
+
+
+# Vectors are random: a text match here can only come from the full-text index.
+NOTES: list[Record] = [
+    rec(100, doc_id="n0", source="web", title="Zebra herds", body="A zebra and a quagga graze."),
+    rec(101, doc_id="n1", source="web", title="Savanna", body="The zebra runs across the plain."),
+    rec(102, doc_id="n2", source="pdf", title="Mitosis", body="Cells divide during mitosis."),
+    rec(103, doc_id="n3", source="pdf", title="Running", body="Athletes were running daily."),
+    rec(104, doc_id="n4", source="web", title="Quiet", body="Nothing to see here at all."),
+    rec(105, doc_id="n5", source="pdf", title="Zebra finch", body="A songbird.", quarantined=True),
+]
+
+
+def notes(store: VectorStore) -> VectorStore:
+    store.ensure_collection(text_spec())
+    store.upsert("notes", NOTES)
+    return store
+
+
+def text_ids(store: VectorStore, text: str, **kw: Any) -> list[str]:
+    return [h.id for h in store.text_query("notes", text, **kw)]
+
+
+def test_text_query_finds_text_only_matches_with_stemming(store: VectorStore) -> None:
+    notes(store)
+    # Stemmed: "runs" and "running" meet "run"; the title is searched too.
+    assert set(text_ids(store, "run")) == {uid(101), uid(103)}
+    assert text_ids(store, "mitosis")[0] == uid(102)
+    # The record that holds both terms ranks first.
+    both = store.text_query("notes", "zebra quagga")
+    assert both[0].id == uid(100) and {h.id for h in both} == {uid(100), uid(101)}
+    assert all(0.0 <= h.score < 1.0 for h in both) and both[0].score >= both[1].score
+    assert both[0].record["doc_id"] == "n0" and both[0].record["body"].startswith("A zebra")
+    # Stop words alone, blank text, an unknown word, top_k 0: nothing.
+    assert text_ids(store, "the and of") == []
+    assert text_ids(store, "   ") == []
+    assert text_ids(store, "xylophone") == []
+    assert text_ids(store, "zebra", top_k=0) == []
+    assert len(text_ids(store, "zebra quagga", top_k=1)) == 1
+
+
+def test_text_query_honours_filters_and_quarantine(store: VectorStore) -> None:
+    notes(store)
+    assert set(text_ids(store, "zebra")) == {uid(100), uid(101)}  # n5 is quarantined
+    assert set(text_ids(store, "zebra", include_quarantined=True)) == {uid(100), uid(101), uid(105)}
+    assert text_ids(store, "zebra", where={"doc_id": "n1"}) == [uid(101)]
+    assert text_ids(store, "zebra", where={"source": "pdf"}) == []
+    assert text_ids(store, "zebra running", where={"source": {"in": ["pdf"]}}) == [uid(103)]
+    assert text_ids(store, "zebra", where={"doc_id": {"in": []}}) == []
+
+
+def test_text_index_follows_edits_and_deletes(store: VectorStore) -> None:
+    notes(store)
+    assert text_ids(store, "quagga") == [uid(100)]
+    edited = rec(100, doc_id="n0", source="web", title="Horses", body="Wild horses gallop.")
+    store.upsert("notes", [edited])
+    assert text_ids(store, "quagga") == []  # the old text is never matched
+    assert text_ids(store, "gallop") == [uid(100)]
+    store.delete("notes", ids=[uid(101)])
+    assert text_ids(store, "zebra") == []
+    store.delete("notes", where={"doc_id": "n3"})
+    assert text_ids(store, "running") == []
+    assert store.count("notes") == len(NOTES) - 2
+    # More writes after the index exists are found too (indexed or searched directly).
+    store.upsert("notes", [rec(110, doc_id="n10", source="web", title="", body="Zebra again")])
+    assert text_ids(store, "zebra") == [uid(110)]
+    store.ensure_text_index("notes")
+    assert text_ids(store, "zebra") == [uid(110)] and text_ids(store, "quagga") == []
+
+
+def test_text_index_not_rebuilt_when_nothing_changed(store: VectorStore) -> None:
+    notes(store)
+    store.ensure_text_index("notes")
+    store.ensure_collection(text_spec())  # the same spec again: no change
+    again = store.ensure_text_index("notes")
+    assert again["text_index"] in ("up to date", "maintained on write")
+    assert set(text_ids(store, "zebra")) == {uid(100), uid(101)}
+
+
+def test_text_search_switched_on_for_an_existing_collection(store: VectorStore) -> None:
+    store.ensure_collection(text_spec(text_fields=()))
+    store.upsert("notes", NOTES)
+    with pytest.raises(StoreError, match="full-text"):
+        store.text_query("notes", "zebra")
+    store.ensure_collection(text_spec())  # fills the text index from the stored fields
+    assert set(text_ids(store, "zebra")) == {uid(100), uid(101)}
+    with pytest.raises(StoreError):
+        store.ensure_collection(text_spec(text_fields=("body",)))
+
+
+def test_text_language_is_checked() -> None:
+    from clef_pipelines.stores._common import normalise_spec
+
+    with pytest.raises(StoreError, match="text_language"):
+        normalise_spec(replace_spec(text_spec(), text_language="klingon"))
+    with pytest.raises(StoreError, match="not a str field"):
+        normalise_spec(
+            CollectionSpec(name="x", dimension=2, fields={"n": "int"}, text_fields=("n",))
+        )
+
+
+def replace_spec(s: CollectionSpec, **kw: Any) -> CollectionSpec:
+    import dataclasses
+
+    return dataclasses.replace(s, **kw)
+
+
+@pytest.mark.parametrize("method", ["rrf", "weighted"])
+def test_hybrid_search(store: VectorStore, method: str) -> None:
+    from clef_pipelines.retrieval.config import FusionConfig
+    from clef_pipelines.retrieval.fusion import search
+
+    notes(store)
+    fusion = FusionConfig(method=method, candidates=10)
+    # The query vector is n2's: hybrid holds the vector's best and the text's best.
+    hits = search(
+        store, "notes", mode="hybrid", text="quagga", vector=vec(102), top_k=2, fusion=fusion
+    )
+    assert {h.id for h in hits} == {uid(102), uid(100)}
+    assert hits[0].score >= hits[1].score
+    # Filters and quarantine hold for both lists.
+    hits = search(
+        store,
+        "notes",
+        mode="hybrid",
+        text="zebra",
+        vector=vec(105),
+        where={"source": "web"},
+        top_k=10,
+        fusion=fusion,
+    )
+    assert {h.id for h in hits} == {uid(100), uid(101), uid(104)}  # only web, never n5
+    assert [h.id for h in hits][:2] in ([uid(100), uid(101)], [uid(101), uid(100)])
+    # A removed record is never returned by any mode.
+    store.delete("notes", ids=[uid(100)])
+    for mode in ("vector", "text", "hybrid"):
+        got = search(store, "notes", mode=mode, text="quagga zebra", vector=vec(100), top_k=10)
+        assert uid(100) not in {h.id for h in got}, mode
