@@ -15,6 +15,24 @@ from pydantic import Field
 from clef_pipelines._strict import StrictModel
 
 Mode = Literal["on", "shadow", "off"]
+#: How recall finds candidates: nearest vectors, full-text matches, or both fused.
+RecallMode = Literal["vector", "text", "hybrid"]
+
+
+class FusionConfig(StrictModel):
+    """How hybrid recall fuses the vector and the full-text lists."""
+
+    method: Literal["rrf", "weighted"] = Field(
+        "rrf",
+        description="rrf: reciprocal rank fusion (no score calibration needed); weighted: "
+        "weighted sum of min-max normalised scores.",
+    )
+    rrf_k: int = Field(60, ge=1, description="RRF constant k in w / (k + rank).")
+    vector_weight: float = Field(1.0, ge=0, description="Weight of the vector list.")
+    text_weight: float = Field(1.0, ge=0, description="Weight of the full-text list.")
+    candidates: int = Field(
+        100, ge=1, le=1000, description="Hits taken from each list before fusing (>= top_k)."
+    )
 
 
 class RouteConfig(StrictModel):
@@ -131,6 +149,11 @@ class RetrievalConfig(StrictModel):
         description="How queries run the minilm embedder: numpy (same vectors, no torch "
         "import: a fast cold start) or torch (sentence-transformers).",
     )
+    mode: RecallMode = Field(
+        "vector",
+        description="Recall by vector, full-text (text) or both fused (hybrid).",
+    )
+    fusion: FusionConfig = FusionConfig()
     route: RouteConfig = RouteConfig()
     classify: ClassifyConfig = ClassifyConfig()
     select: SelectConfig = SelectConfig()

@@ -1,4 +1,5 @@
-"""Vector recall: embed the query with the collection's embedder and ask the store."""
+"""Recall: the query's candidates from the store, by vector, full text, or both fused
+(`retrieval.mode`; see `clef_pipelines.retrieval.fusion`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 from clef_pipelines.config import Settings
 from clef_pipelines.embedding import Embedder, make_embedder
+from clef_pipelines.retrieval.config import FusionConfig, RecallMode
+from clef_pipelines.retrieval.fusion import search
 from clef_pipelines.stores import Hit, StoreError, VectorStore, open_store
 from clef_pipelines.stores.manifest import check_manifest
 
@@ -67,15 +70,29 @@ def recall(
     collection: str,
     top_k: int = 5,
     where: dict[str, Any] | None = None,
+    mode: RecallMode = "vector",
+    fusion: FusionConfig | None = None,
 ) -> list[Passage]:
+    """The top_k passages for ``query``. ``mode``: ``vector`` (nearest embeddings), ``text``
+    (full-text match; the embedder is not called) or ``hybrid`` (both, fused by ``fusion``).
+    A hybrid passage's ``score`` is its fused score."""
     if not query.strip():
         raise ValueError("the query is empty")
     if not store.has_collection(collection):
         known = ", ".join(store.list_collections()) or "none"
         raise StoreError(f"collection {collection!r} does not exist (collections: {known})")
     check_manifest(store.get_manifest(collection), collection, embedder)
-    vector = embedder.embed([query])[0]
-    hits = store.query(collection, vector.tolist(), where=where, top_k=top_k)
+    vector = embedder.embed([query])[0].tolist() if mode != "text" else None
+    hits = search(
+        store,
+        collection,
+        mode=mode,
+        text=query,
+        vector=vector,
+        where=where,
+        top_k=top_k,
+        fusion=fusion,
+    )
     return [_passage(i + 1, h) for i, h in enumerate(hits)]
 
 
@@ -86,8 +103,10 @@ def recall_with_settings(
     collection: str | None = None,
     top_k: int = 5,
     where: dict[str, Any] | None = None,
+    mode: RecallMode | None = None,
 ) -> list[list[Passage]]:
-    """Recall for several queries with one store connection and one embedder load."""
+    """Recall for several queries with one store connection and one embedder load; ``mode``
+    defaults to ``retrieval.mode``."""
     store = open_store(settings.store, settings.data_path)
     embedder = make_embedder(settings.embedder)
     try:
@@ -99,6 +118,8 @@ def recall_with_settings(
                 collection=collection or settings.collection,
                 top_k=top_k,
                 where=where,
+                mode=mode or settings.retrieval.mode,
+                fusion=settings.retrieval.fusion,
             )
             for q in queries
         ]

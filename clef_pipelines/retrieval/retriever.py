@@ -231,6 +231,8 @@ class Retriever:
             collection=collection,
             top_k=top_k,
             where=where,
+            mode=self.config.mode,
+            fusion=self.config.fusion,
         )
 
     async def _retrieve(
@@ -256,7 +258,7 @@ class Retriever:
 
         t = time.perf_counter()
         used = where if where is not None else route_filter
-        rtrace = StageTrace("recall", details={"top_k": top_k})
+        rtrace = StageTrace("recall", details={"top_k": top_k, "mode": cfg.mode})
         result.stages.insert(0, rtrace)
         if route_filter is not None and where is None:
             try:

@@ -82,6 +82,7 @@ class Collection:
         name: str,
         texts: list[str],
         extra: list[dict[str, Any]] | None = None,
+        text_fields: tuple[str, ...] = ("title", "section_path", "text"),
     ) -> None:
         self.settings = settings
         self.name = name
@@ -104,7 +105,9 @@ class Collection:
         for row in extra:
             for k, v in row.items():
                 fields.setdefault(k, "float" if isinstance(v, float) else "str")
-        store.ensure_collection(CollectionSpec(name=name, dimension=64, fields=fields))
+        store.ensure_collection(
+            CollectionSpec(name=name, dimension=64, fields=fields, text_fields=text_fields)
+        )
         vectors = embedder.embed(texts)
         store.upsert(
             name,
