@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,8 +35,30 @@ def _parse_where(where: str | None) -> dict[str, Any] | None:
     return flt
 
 
-def _overrides(settings: Any, top_k: int | None, budget: int | None, max_passages: int | None):  # type: ignore[no-untyped-def]
+class RecallModeChoice(StrEnum):
+    vector = "vector"
+    text = "text"
+    hybrid = "hybrid"
+
+
+_ModeOption = Annotated[
+    RecallModeChoice | None,
+    typer.Option(
+        "--mode", help="Recall by vector, full text or both fused (default: retrieval.mode)."
+    ),
+]
+
+
+def _overrides(  # type: ignore[no-untyped-def]
+    settings: Any,
+    top_k: int | None,
+    budget: int | None,
+    max_passages: int | None,
+    mode: RecallModeChoice | None = None,
+):
     cfg = settings.retrieval.model_copy(deep=True)
+    if mode is not None:
+        cfg.mode = mode.value
     if top_k is not None:
         cfg.top_k = top_k
     if budget is not None:
@@ -129,6 +152,7 @@ def query(
         int | None, typer.Option("--budget", min=1, help="Token budget for the kept passages.")
     ] = None,
     where: Annotated[str | None, typer.Option(help=_WHERE_HELP)] = None,
+    mode: _ModeOption = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Show what was dropped and why, and the trace.")
     ] = False,
@@ -140,7 +164,7 @@ def query(
     """Clef-steered retrieval: the passages that answer each question, with citations."""
     flt = _parse_where(where)
     settings = load_cli_settings(config)
-    cfg = _overrides(settings, top_k, budget, max_passages)
+    cfg = _overrides(settings, top_k, budget, max_passages, mode)
     from clef_pipelines.retrieval.retriever import Retriever
 
     results = []
@@ -164,6 +188,7 @@ def ask(
     top_k: Annotated[int | None, typer.Option("--top-k", min=1, max=1000)] = None,
     budget: Annotated[int | None, typer.Option("--budget", min=1)] = None,
     where: Annotated[str | None, typer.Option(help=_WHERE_HELP)] = None,
+    mode: _ModeOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     config: ConfigOption = None,
@@ -172,7 +197,7 @@ def ask(
     without calling it when the passages do not hold the answer."""
     flt = _parse_where(where)
     settings = load_cli_settings(config)
-    cfg = _overrides(settings, top_k, budget, None)
+    cfg = _overrides(settings, top_k, budget, None, mode)
     from clef_pipelines.retrieval.retriever import Retriever
 
     try:

@@ -258,7 +258,7 @@ class Retriever:
 
         t = time.perf_counter()
         used = where if where is not None else route_filter
-        rtrace = StageTrace("recall", details={"top_k": top_k, "mode": cfg.mode})
+        rtrace = StageTrace("recall", details={"top_k": top_k, "recall_mode": cfg.mode})
         result.stages.insert(0, rtrace)
         if route_filter is not None and where is None:
             try:

@@ -63,3 +63,17 @@ def test_ask_abstains_without_llm(
     assert "Not in the documents." in out.output and "no LLM was called" in out.output
     bad = runner.invoke(app, ["query", QUERY, "--where", "[1]", "-c", cfg])
     assert bad.exit_code == 2 and "JSON object" in bad.output
+
+
+def test_query_mode_option(collection_factory: Any, tmp_path: Path) -> None:
+    col = collection_factory(None)
+    cfg = write_config(tmp_path, col)
+    for mode in ("text", "hybrid"):
+        out = runner.invoke(app, ["query", QUERY, "--json", "--mode", mode, "-c", cfg])
+        assert out.exit_code == 0, out.output
+        (result,) = json.loads(out.output)
+        recall = next(s for s in result["trace"]["stages"] if s["stage"] == "recall")
+        assert recall["recall_mode"] == mode
+        assert result["passages"]
+    bad = runner.invoke(app, ["query", QUERY, "--mode", "sparse", "-c", cfg])
+    assert bad.exit_code != 0

@@ -81,4 +81,4 @@ def test_hybrid_candidates_through_the_clef_stages(
     assert col.id_of(PLANTED) in {c.id for c in res.dropped if c.reason == "instructs_ai"}
     assert res.passages[0].id == col.id_of(PASSAGES[0])
     stages = {s.name: s for s in res.stages}
-    assert stages["recall"].details["mode"] == "hybrid"
+    assert stages["recall"].details["recall_mode"] == "hybrid"
