@@ -1,0 +1,352 @@
+"""Hybrid retrieval benchmark on SciFact: vector, text and hybrid recall, quality and speed.
+
+    python bench/bench_hybrid.py cache      # ingest SciFact (project chunking, MiniLM) once and
+                                            # cache chunk records + query vectors in bench/results
+    python bench/bench_hybrid.py quality    # nDCG@10, recall@10, recall@100 on the train qrels
+    python bench/bench_hybrid.py speed      # query p50 per store and mode, text index build time
+
+The cache step runs the real ingestion job (Dagster, in-process) into a LanceDB collection and
+dumps what it stored; later steps load those records into each store, so the embedder runs once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DATA = ROOT.parent / "shared" / "data" / "scifact"
+#: Cache and results; CLEF_BENCH_RESULTS moves them (a scratch run).
+RESULTS = pathlib.Path(os.environ.get("CLEF_BENCH_RESULTS") or ROOT / "bench" / "results")
+CHUNKS = RESULTS / "scifact_chunks.parquet"
+QUERIES = RESULTS / "scifact_queries.parquet"
+MODES = ("vector", "text", "hybrid")
+#: Chunks fetched per query for the quality metrics: enough to rank 100 distinct documents.
+QUALITY_DEPTH = 300
+
+
+def cache(args: argparse.Namespace) -> None:
+    import polars as pl
+    import yaml
+
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.embedding import make_embedder
+    from clef_pipelines.jobs.launch import run_ingestion
+    from clef_pipelines.stores import open_store
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    state = RESULTS / "scifact-state"
+    cfg = RESULTS / "scifact.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data_dir": str(state),
+                "collection": "scifact",
+                "sources": [
+                    {"name": "scifact", "path": str(DATA / "corpus.jsonl"), "kind": "jsonl"}
+                ],
+                "embedder": {"kind": "minilm"},
+                "store": {"kind": "lancedb"},
+            }
+        )
+    )
+    os.environ["DAGSTER_HOME"] = str(state / "dagster")
+    settings = load_settings(cfg)
+    started = time.perf_counter()
+    (report,) = run_ingestion(settings, ["scifact"], config_path=str(cfg))
+    if not report.success:
+        raise SystemExit(f"ingestion failed: {report.error}")
+    print(f"ingested in {time.perf_counter() - started:.0f} s")
+    store = open_store(settings.store, settings.data_path)
+    ids = store.list_ids("scifact")
+    rows = []
+    for i in range(0, len(ids), 1000):
+        rows.extend(store.get("scifact", ids[i : i + 1000], with_vectors=True))
+    pl.DataFrame(rows).write_parquet(CHUNKS)
+    print(f"{len(rows)} chunks -> {CHUNKS}")
+    queries = [json.loads(line) for line in (DATA / "queries.jsonl").open() if line.strip()]
+    embedder = make_embedder(settings.embedder)
+    vecs = embedder.embed([q["text"] for q in queries])
+    pl.DataFrame(
+        {
+            "query_id": [str(q["_id"]) for q in queries],
+            "text": [q["text"] for q in queries],
+            "vector": [np.asarray(v, dtype=np.float32).tolist() for v in vecs],
+        }
+    ).write_parquet(QUERIES)
+    print(f"{len(queries)} queries -> {QUERIES}")
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+def load_cached() -> tuple[list[dict[str, Any]], Any]:
+    import polars as pl
+
+    if not CHUNKS.exists() or not QUERIES.exists():
+        raise SystemExit(f"no cache under {RESULTS}: run `python bench/bench_hybrid.py cache`")
+    records = pl.read_parquet(CHUNKS).to_dicts()
+    return records, pl.read_parquet(QUERIES)
+
+
+def chunk_spec(name: str, records: list[dict[str, Any]], *, text: bool = True) -> Any:
+    from clef_pipelines.ingest.sync import TEXT_FIELDS
+    from clef_pipelines.records import FILTER_FIELDS, RECORD_FIELDS
+    from clef_pipelines.stores.base import CollectionSpec
+
+    fields: dict[str, Any] = dict(RECORD_FIELDS)
+    fields.update({k: "str" for k in records[0] if k.startswith("m_")})
+    return CollectionSpec(
+        name=name,
+        dimension=len(records[0]["vector"]),
+        metric="cosine",
+        fields=fields,
+        filter_fields=FILTER_FIELDS,
+        text_fields=TEXT_FIELDS if text else (),
+    )
+
+
+def scaled(records: list[dict[str, Any]], size: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``size`` records: the SciFact chunks, then copies with new ids and document ids and
+    slightly perturbed unit vectors (the same text), to reach a 100k-chunk collection without
+    embedding 100k new passages on a shared 2-core machine."""
+    if size <= len(records):
+        return records[:size]
+    rng = np.random.default_rng(seed)
+    out = list(records)
+    copy = 0
+    while len(out) < size:
+        copy += 1
+        for r in records:
+            if len(out) >= size:
+                break
+            v = np.asarray(r["vector"], dtype=np.float32)
+            v = v + 0.05 * rng.standard_normal(v.shape).astype(np.float32) / np.sqrt(len(v))
+            out.append(
+                {
+                    **r,
+                    "id": str(uuid.uuid5(uuid.UUID(r["id"]), str(copy))),
+                    "doc_id": f"{r['doc_id']}~{copy}",
+                    "vector": (v / np.linalg.norm(v)).tolist(),
+                }
+            )
+    return out
+
+
+@contextlib.contextmanager
+def open_store(kind: str, root: pathlib.Path, dsn: str | None) -> Iterator[Any]:
+    if kind == "memory":
+        from clef_pipelines.stores.memory import MemoryStore
+
+        store: Any = MemoryStore()
+    elif kind == "lancedb":
+        from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+        store = LanceDBStore(root / "lancedb")
+    elif kind == "qdrant":
+        from clef_pipelines.stores.qdrant_store import QdrantStore
+
+        store = QdrantStore(path=":memory:")
+    else:
+        from clef_pipelines.stores.pgvector_store import PgVectorStore
+
+        store = PgVectorStore(dsn or "", schema="b_" + uuid.uuid4().hex[:10])
+    try:
+        yield store
+    finally:
+        with contextlib.suppress(Exception):
+            store.drop("scifact")
+        store.close()
+
+
+def load(store: Any, records: list[dict[str, Any]], *, text: bool = True) -> dict[str, float]:
+    """Upsert in batches of 1,000, then the index step; both timed."""
+    store.ensure_collection(chunk_spec("scifact", records, text=text))
+    started = time.perf_counter()
+    for i in range(0, len(records), 1000):
+        store.upsert("scifact", records[i : i + 1000])
+    loaded = time.perf_counter() - started
+    started = time.perf_counter()
+    store.build_indexes("scifact")
+    if text:
+        store.ensure_text_index("scifact")
+    return {"load_s": loaded, "index_s": time.perf_counter() - started}
+
+
+@contextlib.contextmanager
+def stores(kinds: list[str]) -> Iterator[Any]:
+    """(kind, store factory) pairs; one PostgreSQL server for every pgvector store."""
+    with contextlib.ExitStack() as stack:
+        dsn = None
+        if "pgvector" in kinds:
+            sys.path.insert(0, str(ROOT / "bench"))
+            from _pg import pg_dsn
+
+            dsn = stack.enter_context(pg_dsn())
+        root = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bh-")))
+
+        def factory(kind: str) -> Any:
+            return open_store(kind, root / kind / uuid.uuid4().hex[:6], dsn)
+
+        yield factory
+
+
+# ------------------------------------------------------------------------------ quality
+
+
+def train_qrels() -> dict[str, set[str]]:
+    qrels: dict[str, set[str]] = {}
+    for line in (DATA / "qrels" / "train.tsv").read_text().splitlines()[1:]:
+        qid, doc, rel = line.split("\t")[:3]
+        if int(rel) > 0:
+            qrels.setdefault(qid, set()).add(doc)
+    return qrels
+
+
+def doc_ranking(hits: list[Any]) -> list[str]:
+    """Chunk hits -> documents, each at its best chunk's rank."""
+    return list(dict.fromkeys(str(h.record["doc_id"]) for h in hits))
+
+
+def metrics(ranking: list[str], relevant: set[str]) -> dict[str, float]:
+    gains = [1.0 if d in relevant else 0.0 for d in ranking[:10]]
+    dcg = sum(g / np.log2(i + 2) for i, g in enumerate(gains))
+    idcg = sum(1.0 / np.log2(i + 2) for i in range(min(10, len(relevant))))
+    return {
+        "ndcg@10": dcg / idcg,
+        "recall@10": len(relevant & set(ranking[:10])) / len(relevant),
+        "recall@100": len(relevant & set(ranking[:100])) / len(relevant),
+    }
+
+
+def quality(args: argparse.Namespace) -> None:
+    from clef_pipelines.retrieval.config import FusionConfig
+    from clef_pipelines.retrieval.fusion import search
+
+    records, queries = load_cached()
+    qrels = train_qrels()
+    queries = queries.filter(queries["query_id"].is_in(list(qrels)))
+    if args.limit:
+        queries = queries.head(args.limit)
+    fusion = FusionConfig(method=args.fusion, rrf_k=args.rrf_k, candidates=QUALITY_DEPTH)
+    rows = []
+    with stores(args.kinds) as factory:
+        for kind in args.kinds:
+            with factory(kind) as store:
+                load(store, records)
+                for mode in args.modes:
+                    per_query = []
+                    for q in queries.iter_rows(named=True):
+                        hits = search(
+                            store,
+                            "scifact",
+                            mode=mode,
+                            text=q["text"],
+                            vector=q["vector"],
+                            top_k=QUALITY_DEPTH,
+                            fusion=fusion,
+                        )
+                        per_query.append(metrics(doc_ranking(hits), qrels[q["query_id"]]))
+                    row = {"store": kind, "mode": mode, "queries": len(per_query)}
+                    for m in ("ndcg@10", "recall@10", "recall@100"):
+                        row[m] = round(float(np.mean([p[m] for p in per_query])), 4)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    out = RESULTS / f"hybrid_quality_{args.fusion}.json"
+    out.write_text(json.dumps(rows, indent=1))
+    print("\n| store | mode | nDCG@10 | recall@10 | recall@100 |\n|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['store']} | {r['mode']} | {r['ndcg@10']:.3f} | {r['recall@10']:.3f} | "
+            f"{r['recall@100']:.3f} |"
+        )
+
+
+# ------------------------------------------------------------------------------ speed
+
+
+def speed(args: argparse.Namespace) -> None:
+    from clef_pipelines.retrieval.config import FusionConfig
+    from clef_pipelines.retrieval.fusion import search
+
+    records, queries = load_cached()
+    rng = np.random.default_rng(0)
+    picks = rng.choice(queries.height, size=min(args.queries, queries.height), replace=False)
+    sample = [queries.row(int(i), named=True) for i in picks]
+    fusion = FusionConfig()
+    rows = []
+    with stores(args.kinds) as factory:
+        for size in args.sizes:
+            data = scaled(records, size)
+            for kind in args.kinds:
+                if kind in ("memory", "qdrant") and size > 20_000:
+                    continue  # reference / local-mode stores: brute force, not for 100k
+                with factory(kind) as store:
+                    timing = load(store, data)
+                    row: dict[str, Any] = {"store": kind, "rows": len(data), **timing}
+                    for mode in MODES:
+                        for q in sample[:5]:  # warm caches
+                            search(store, "scifact", mode=mode, text=q["text"],
+                                   vector=q["vector"], top_k=args.top_k, fusion=fusion)  # fmt: skip
+                        lat = []
+                        for q in sample:
+                            started = time.perf_counter()
+                            search(store, "scifact", mode=mode, text=q["text"],
+                                   vector=q["vector"], top_k=args.top_k, fusion=fusion)  # fmt: skip
+                            lat.append((time.perf_counter() - started) * 1000)
+                        row[f"{mode}_p50_ms"] = round(float(np.percentile(lat, 50)), 2)
+                        row[f"{mode}_p95_ms"] = round(float(np.percentile(lat, 95)), 2)
+                    row["hybrid/vector"] = round(row["hybrid_p50_ms"] / row["vector_p50_ms"], 2)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    (RESULTS / "hybrid_speed.json").write_text(json.dumps(rows, indent=1))
+    print(
+        "\n| store | rows | load s | index step s | vector p50 ms | text p50 ms | "
+        "hybrid p50 ms | hybrid / vector |\n|---|---|---|---|---|---|---|---|"
+    )
+    for r in rows:
+        print(
+            f"| {r['store']} | {r['rows']:,} | {r['load_s']:.1f} | {r['index_s']:.1f} | "
+            f"{r['vector_p50_ms']:.1f} | {r['text_p50_ms']:.1f} | {r['hybrid_p50_ms']:.1f} | "
+            f"{r['hybrid/vector']:.2f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("cache", help="ingest SciFact once and cache chunks and query vectors")
+    q = sub.add_parser("quality", help="nDCG@10, recall@10, recall@100 on the train qrels")
+    q.add_argument("--kinds", type=lambda s: s.split(","), default=["lancedb"])
+    q.add_argument("--fusion", choices=["rrf", "weighted"], default="rrf")
+    q.add_argument("--rrf-k", type=int, default=60)
+    q.add_argument("--limit", type=int, default=0, help="Only the first N train queries.")
+    q.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
+    p = sub.add_parser("speed", help="query p50 per store and mode; load and index time")
+    p.add_argument("--kinds", type=lambda s: s.split(","), default=["lancedb", "pgvector"])
+    p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[0, 100_000])
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--top-k", type=int, default=30, help="retrieval.top_k (the default: 30)")
+    args = parser.parse_args()
+    if args.cmd == "speed":
+        # size 0: the SciFact collection as ingested.
+        n = len(load_cached()[0])
+        args.sizes = [s or n for s in args.sizes]
+    {"cache": cache, "quality": quality, "speed": speed}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
