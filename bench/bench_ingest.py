@@ -70,18 +70,19 @@ def main() -> None:
             wall = time.perf_counter() - started
             if not report.success:
                 raise SystemExit(f"{label} failed: {report.error}")
-            emb = report.assets["embeddings"]
+            # An unchanged rerun skips every step after the inventory: no embedder, no writes.
+            emb = report.assets.get("embeddings", {"embedder_seconds": 0.0, "embedder_calls": 0})
             results.append(
                 {
                     "run": label,
                     "documents": n_docs,
-                    "chunks": report.assets["chunks"]["chunks"],
+                    "chunks": report.assets.get("chunks", {}).get("chunks", 0),
                     "wall_s": round(wall, 2),
                     "docs_per_s": round(n_docs / wall, 1),
                     "embedder_s": emb["embedder_seconds"],
                     "embedder_calls": emb["embedder_calls"],
                     "outside_embedder": round(1 - emb["embedder_seconds"] / wall, 3),
-                    "writes": report.assets["store_sync"]["writes"],
+                    "writes": report.assets.get("store_sync", {}).get("writes", 0),
                     "step_seconds": {
                         k: v.get("seconds") for k, v in report.assets.items() if "seconds" in v
                     },

@@ -1,12 +1,14 @@
-"""The Dagster code location: `dagster dev -m clef_pipelines.definitions` or workspace.yaml."""
+"""The Dagster code location `clef_pipelines`: `dg dev`, `clef-pipelines ui` or workspace.yaml."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import dagster as dg
 
 from clef_pipelines.assets.evaluation import evaluation_assets
 from clef_pipelines.assets.ingestion import ingestion_assets
-from clef_pipelines.config import load_settings
+from clef_pipelines.config import SourceConfig, load_settings
 from clef_pipelines.jobs.evaluation import eval_job
 from clef_pipelines.jobs.ingestion import (
     build_refresh_schedule,
@@ -16,14 +18,23 @@ from clef_pipelines.jobs.ingestion import (
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.parquet_io import PolarsParquetIOManager
-from clef_pipelines.resources.settings import PipelineSettings
+from clef_pipelines.resources.settings import PipelineSettings, SourceOverride
 from clef_pipelines.resources.store import VectorStoreResource
+
+#: One name everywhere: pyproject's [tool.dagster] and [tool.dg], workspace.yaml, the UI.
+CODE_LOCATION = "clef_pipelines"
 
 
 def build_resources(
-    config_path: str | None = None, overrides_json: str = "{}"
+    config_path: str | None = None,
+    sources: Sequence[SourceConfig] = (),
+    overrides_json: str = "{}",
 ) -> dict[str, dg.ConfigurableResource | dg.ConfigurableIOManager]:
-    settings = PipelineSettings(config_path=config_path, overrides_json=overrides_json)
+    settings = PipelineSettings(
+        config_path=config_path,
+        sources=[SourceOverride(**s.model_dump(mode="json")) for s in sources],
+        overrides_json=overrides_json,
+    )
     return {
         "pipeline_settings": settings,
         # Clef: initialised only by steps that ask for it (the screen and enrichment stages).
@@ -42,6 +53,10 @@ def build_definitions(config_path: str | None = None) -> dg.Definitions:
         sensors=[source_change_sensor],
         schedules=[build_refresh_schedule(settings.refresh_cron)],
         resources=build_resources(config_path),
+        # Every run of these assets, however it is launched (the job, an asset-graph selection,
+        # a backfill, the sensor, the schedule, the CLI), runs its steps in one process: the
+        # embedder and store open once per run instead of once per step in a process each.
+        executor=dg.in_process_executor,
     )
 
 

@@ -10,6 +10,7 @@ import time
 import dagster as dg
 import polars as pl
 
+from clef_pipelines.assets.ingestion import ASSET_PREFIX, asset_key
 from clef_pipelines.evals import run as evals
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.settings import PipelineSettings
@@ -22,6 +23,7 @@ _COMMON = {
     "partitions_def": dataset_partitions,
     "group_name": GROUP,
     "io_manager_key": "parquet_io",
+    "key_prefix": [ASSET_PREFIX],
 }
 
 
@@ -55,7 +57,7 @@ def eval_dataset(
 @dg.asset(
     **_COMMON,
     kinds={"python", "parquet"},
-    deps=[dg.AssetDep("store_sync", partition_mapping=dg.IdentityPartitionMapping())],
+    deps=[dg.AssetDep(asset_key("store_sync"), partition_mapping=dg.IdentityPartitionMapping())],
     description=(
         "The top_k chunks of every query, recalled once from the dataset's collection, with the "
         "vector score and every recorded Clef score, gate probability and guard score."
@@ -117,6 +119,7 @@ def eval_scores(
 
 
 @dg.asset(
+    key_prefix=[ASSET_PREFIX],
     partitions_def=dataset_partitions,
     group_name=GROUP,
     kinds={"python", "markdown"},

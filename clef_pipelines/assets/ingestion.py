@@ -2,18 +2,29 @@
 
 source_documents -> parsed_blocks -> screened_paragraphs -> chunks -> enrichments
 -> embeddings -> store_sync. Each asset calls the plain-Python core and reports what it did.
+
+Every asset key carries the prefix `clef` so the location can sit beside others in one
+workspace. The steps after the inventory have optional outputs: when a source has nothing to
+parse or delete, `parsed_blocks` emits nothing and Dagster skips everything downstream, so a
+no-change run neither overwrites intermediates with empty frames nor materialises zeros; the
+latest materialisations keep describing the data as it is.
 """
 
 import time
+from collections.abc import Iterator
 
 import dagster as dg
 import polars as pl
+from pydantic import Field
 
+from clef_pipelines.assets.metadata import failures_table, totals_metadata
 from clef_pipelines.embedding.executor import open_batch_runner
 from clef_pipelines.ingest import stages
 from clef_pipelines.ingest.documents import (
     FAILED,
+    REMOVED,
     TO_PROCESS,
+    force_documents,
     pipeline_fingerprint,
     plan_inventory,
     status_counts,
@@ -21,6 +32,7 @@ from clef_pipelines.ingest.documents import (
 )
 from clef_pipelines.ingest.progress import report as progress_report
 from clef_pipelines.ingest.sync import check_manifest, embed_chunks, sync_source
+from clef_pipelines.ingest.totals import source_totals
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.settings import PipelineSettings
@@ -29,9 +41,14 @@ from clef_pipelines.steering import checks
 from clef_pipelines.steering.manifest import clef_enabled, steering_manifest
 
 GROUP = "ingestion"
+#: Prefix of every asset key of this code location (`clef/chunks`, ...).
+ASSET_PREFIX = "clef"
 source_partitions = dg.DynamicPartitionsDefinition(name="sources")
 
-_COMMON = {"partitions_def": source_partitions, "group_name": GROUP, "io_manager_key": "parquet_io"}
+_BASE = {"partitions_def": source_partitions, "group_name": GROUP, "key_prefix": [ASSET_PREFIX]}
+_COMMON = {**_BASE, "io_manager_key": "parquet_io"}
+# The steps after the inventory emit nothing when the source has nothing to change.
+_OPTIONAL = {**_COMMON, "output_required": False}
 
 
 def _metadata_value(value: object) -> int | float | str:
@@ -40,16 +57,24 @@ def _metadata_value(value: object) -> int | float | str:
     return value if isinstance(value, int | float | str) else str(value)
 
 
-def _failures_md(frame: pl.DataFrame, limit: int = 50) -> dg.MetadataValue:
-    if frame.height == 0:
-        return dg.MetadataValue.md("none")
-    lines = ["| document | reason | error |", "|---|---|---|"]
-    for row in frame.head(limit).iter_rows(named=True):
-        error = (row.get("error") or "").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {row['doc_id']} | {row.get('reason') or ''} | {error} |")
-    if frame.height > limit:
-        lines.append(f"| ... | {frame.height - limit} more | |")
-    return dg.MetadataValue.md("\n".join(lines))
+def asset_key(name: str) -> dg.AssetKey:
+    """The full key of one of the ingestion assets, e.g. `asset_key("chunks")`."""
+    return dg.AssetKey([ASSET_PREFIX, name])
+
+
+class IngestionRunConfig(dg.Config):
+    """Run config of an ingestion run (the launchpad shows these fields with their defaults)."""
+
+    force: bool = Field(
+        default=False, description="Re-process every document of the source, changed or not."
+    )
+    force_documents: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Glob patterns of document ids to re-process even when unchanged: paths relative "
+            "to a folder source (e.g. 'guides/*.md') or JSONL ids."
+        ),
+    )
 
 
 @dg.asset(
@@ -62,6 +87,7 @@ def _failures_md(frame: pl.DataFrame, limit: int = 50) -> dg.MetadataValue:
 )
 def source_documents(
     context: dg.AssetExecutionContext,
+    config: IngestionRunConfig,
     pipeline_settings: PipelineSettings,
     vector_store: VectorStoreResource,
     embedder: EmbedderResource,
@@ -77,10 +103,10 @@ def source_documents(
         check_manifest(store.get_manifest(collection), collection, emb)
     fingerprint = pipeline_fingerprint(settings, emb.name)
     entries = stages.list_entries(settings, source, fingerprint)
-    force = bool(context.run.tags.get("clef/force") == "true")
     inventory = plan_inventory(
-        source.name, entries, stored_documents(store, collection, source.name), force=force
+        source.name, entries, stored_documents(store, collection, source.name), force=config.force
     )
+    inventory = force_documents(inventory, config.force_documents)
     counts = status_counts(inventory)
     return dg.Output(
         inventory,
@@ -88,14 +114,19 @@ def source_documents(
             "collection": collection,
             "documents": inventory.filter(pl.col("status") != "removed").height,
             **{f"documents_{k}": v for k, v in counts.items()},
-            "failed_documents": _failures_md(inventory.filter(pl.col("status") == FAILED)),
+            "failed_documents": failures_table(inventory.filter(pl.col("status") == FAILED)),
+            # What the store holds for the source as the run starts (the state, beside the
+            # statuses above, which say what this run will change).
+            **totals_metadata(source_totals(store, collection, source.name)),
+            # The sensor compares this with the files to tell whether a run is needed.
+            "source_fingerprint": stages.source_fingerprint(settings, source),
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
 
 
 @dg.asset(
-    **_COMMON,
+    **_OPTIONAL,
     kinds={"python", "parquet"},
     description=(
         "Structural blocks (heading, paragraph, list item, table, code, quote) of the new and "
@@ -107,14 +138,19 @@ def parsed_blocks(
     pipeline_settings: PipelineSettings,
     embedder: EmbedderResource,
     source_documents: pl.DataFrame,
-) -> dg.Output[pl.DataFrame]:
+) -> Iterator[dg.Output[pl.DataFrame]]:
     started = time.perf_counter()
+    if not source_documents.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED])).height:
+        # Nothing to parse, store or delete: yield nothing, so every later step is skipped and
+        # the assets keep their last materialisation (which still describes the data).
+        context.log.info("nothing changed in this source: later steps are skipped")
+        return
     settings = pipeline_settings.settings
     source = settings.source(context.partition_key)
     fingerprint = pipeline_fingerprint(settings, embedder.get().name)
     blocks, failures = stages.parse_source(settings, source, source_documents, fingerprint)
     to_process = source_documents.filter(pl.col("status").is_in(TO_PROCESS)).height
-    return dg.Output(
+    yield dg.Output(
         blocks,
         metadata={
             "documents_parsed": blocks["doc_id"].n_unique() if blocks.height else 0,
@@ -123,7 +159,7 @@ def parsed_blocks(
             ).height,
             "documents_to_process": to_process,
             "documents_failed": failures.height,
-            "failed_documents": _failures_md(failures),
+            "failed_documents": failures_table(failures),
             "blocks": blocks.height,
             "blocks_by_kind": dg.MetadataValue.json(stages.counts_by(blocks, "kind")),
             "seconds": round(time.perf_counter() - started, 3),
@@ -137,11 +173,11 @@ def _check(name: str, result: tuple[bool, dict]) -> dg.AssetCheckResult:
 
 
 def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
-    return dg.AssetCheckSpec(name, asset=asset, description=description)
+    return dg.AssetCheckSpec(name, asset=asset_key(asset), description=description)
 
 
 @dg.asset(
-    **_COMMON,
+    **_OPTIONAL,
     kinds={"python", "parquet"},
     description=(
         "Parsed blocks with the paragraph-screen decision of each: keep, drop (boilerplate, "
@@ -195,7 +231,7 @@ def screened_paragraphs(
 
 
 @dg.asset(
-    **_COMMON,
+    **_OPTIONAL,
     kinds={"python", "parquet"},
     description=(
         "Chunks of the new and changed documents: `text` for the LLM, `embed_text` (title, "
@@ -263,14 +299,14 @@ def chunks(
             "tokens_p50": int(tokens.median() or 0) if frame.height else 0,
             "tokens_max": int(tokens.max() or 0) if frame.height else 0,
             "documents_failed": failures.height,
-            "failed_documents": _failures_md(failures),
+            "failed_documents": failures_table(failures),
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
 
 
 @dg.asset(
-    **_COMMON,
+    **_OPTIONAL,
     kinds={"python", "parquet"},
     description=(
         "Chunks with their Clef enrichment: quality probabilities (q_low_information, "
@@ -324,7 +360,7 @@ def enrichments(
 
 
 @dg.asset(
-    **_COMMON,
+    **_OPTIONAL,
     kinds={"python", "parquet"},
     description=(
         "Chunk vectors. Only chunks whose id (a hash of the embedded text) is not already in "
@@ -382,8 +418,7 @@ def embeddings(
 
 
 @dg.asset(
-    partitions_def=source_partitions,
-    group_name=GROUP,
+    **_BASE,
     kinds={"python"},
     description=(
         "The source's records in the vector store: new and changed chunks upserted, stale and "
@@ -430,8 +465,13 @@ def store_sync(
         text_language=settings.store.text_language,
     )
     total = store.count(collection) if store.has_collection(collection) else 0
+    totals = source_totals(store, collection, source.name)
     return dg.MaterializeResult(
         metadata={
+            # The state after this run: what the store holds for the source ...
+            "dagster/row_count": dg.MetadataValue.int(totals.records),
+            **totals_metadata(totals),
+            # ... and what this run changed.
             "store": store.kind,
             "collection": collection,
             "upserted": report.upserted,
@@ -458,8 +498,7 @@ def store_sync(
 
 
 @dg.asset(
-    partitions_def=source_partitions,
-    group_name=GROUP,
+    **_BASE,
     kinds={"python"},
     deps=[store_sync],
     description=(

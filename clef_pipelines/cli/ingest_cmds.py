@@ -152,7 +152,7 @@ def ingest(
                 settings,
                 names,
                 config_path=str(config) if config else None,
-                overrides=overrides,
+                source_configs=sources,
                 force=force,
             )
         finally:
@@ -245,15 +245,22 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
                 "upserted / deleted",
                 f"{sync.get('upserted', 0)} / {(sync.get('deleted_stale') or 0) + (sync.get('deleted_removed') or 0)}",
             ),
+            # A run that changed nothing skips the sync: the inventory has the stored totals.
+            (
+                "records of the source in the store",
+                sync.get("store/records", docs.get("store/records")),
+            ),
             ("records in collection", sync.get("collection_records")),
         ]
         for k, v in rows:
             table.add_row(k, "" if v is None else str(v))
         console.print(table)
         for asset in ("source_documents", "parsed_blocks", "chunks"):
-            md = r.assets.get(asset, {}).get("failed_documents")
-            if md and md != "none":
-                console.print(f"[red]failed documents ({asset}):[/]\n{md}")
+            for row in r.assets.get(asset, {}).get("failed_documents") or []:
+                console.print(
+                    f"[red]failed[/] ({asset}) {row['doc_id']}: {row['reason']}: {row['error']}",
+                    markup=True,
+                )
         if r.error:
             console.print(f"[red]error:[/] {r.error}")
 

@@ -177,3 +177,21 @@ def status_counts(inventory: pl.DataFrame) -> dict[str, int]:
     for status, n in inventory.group_by("status").len().iter_rows():
         counts[status] = int(n)
     return counts
+
+
+def force_documents(inventory: pl.DataFrame, patterns: list[str]) -> pl.DataFrame:
+    """Mark unchanged documents whose id matches one of the glob patterns as changed, so the
+    run re-processes them (a targeted `force`)."""
+    if not patterns:
+        return inventory
+    from fnmatch import fnmatchcase
+
+    def wanted(doc_id: str) -> bool:
+        return any(fnmatchcase(doc_id, p) for p in patterns)
+
+    hit = (pl.col("status") == UNCHANGED) & pl.col("doc_id").map_elements(
+        wanted, return_dtype=pl.Boolean
+    )
+    return inventory.with_columns(
+        pl.when(hit).then(pl.lit(CHANGED)).otherwise(pl.col("status")).alias("status")
+    )

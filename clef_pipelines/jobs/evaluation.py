@@ -52,7 +52,7 @@ def run_evaluation(
     result = job.execute_in_process(
         partition_key=dataset,
         instance=instance,
-        resources=build_resources(config_path, json.dumps(overrides or {})),
+        resources=build_resources(config_path, overrides_json=json.dumps(overrides or {})),
         raise_on_error=False,
         tags={"clef/launched_by": "cli"},
         run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
@@ -61,9 +61,7 @@ def run_evaluation(
     for event in result.all_events:
         if event.event_type_value == "ASSET_MATERIALIZATION":
             mat = event.event_specific_data.materialization  # type: ignore[union-attr]
-            report.assets[mat.asset_key.to_user_string()] = {
-                k: _plain(v) for k, v in mat.metadata.items()
-            }
+            report.assets[mat.asset_key.path[-1]] = {k: _plain(v) for k, v in mat.metadata.items()}
         elif event.event_type_value == "STEP_FAILURE" and report.error is None:
             report.error = _root_message(event.event_specific_data.error)  # type: ignore[union-attr]
     return report

@@ -1,22 +1,73 @@
-"""The ingestion job, the sensor that registers sources and watches them, and the refresh."""
+"""The ingestion job, the sensor that keeps partitions equal to the sources, and the refresh.
+
+Partitions follow the configured sources: the sensor (every tick), the schedule and the CLI add
+a partition for each new source and delete the partition of a source that left the config. A
+removed source's records stay in its collection until the user deletes them
+(`clef-pipelines delete --collection C --source NAME`); the sensor's tick log says so.
+"""
+
+from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import dagster as dg
 
-from clef_pipelines.assets.ingestion import GROUP, source_partitions
+from clef_pipelines.assets.ingestion import GROUP, asset_key, source_partitions
+from clef_pipelines.config import Settings
 from clef_pipelines.ingest import stages
 from clef_pipelines.resources.settings import PipelineSettings
+
+PARTITIONS = source_partitions.name or "sources"
 
 ingestion_job = dg.define_asset_job(
     name="ingestion_job",
     selection=dg.AssetSelection.groups(GROUP),
     partitions_def=source_partitions,
     description="Ingest one source into its collection: parse, screen, chunk, enrich, embed, sync.",
-    # In-process: the steps share one process, so the embedder loads once per run and the
-    # default multiprocess executor's seconds of start-up per step are avoided.
+    # In-process, like every other launch of these assets (Definitions sets the same default):
+    # the steps share one process, so the embedder loads once per run.
     executor_def=dg.in_process_executor,
 )
+
+
+def partition_changes(registered: Iterable[str], settings: Settings) -> tuple[list[str], list[str]]:
+    """(to add, to remove) so that the partitions are exactly the configured sources."""
+    have = set(registered)
+    configured = [s.name for s in settings.sources]
+    return [n for n in configured if n not in have], sorted(have - set(configured))
+
+
+def removed_source_message(names: Iterable[str]) -> str:
+    listed = ", ".join(names)
+    return (
+        f"source(s) {listed} left the config: their partitions are removed; their records stay "
+        "in the store until you delete them (clef-pipelines delete --collection C --source NAME)"
+    )
+
+
+def reconcile_partitions(instance: dg.DagsterInstance, settings: Settings) -> tuple[list, list]:
+    """Make the instance's partitions the configured sources now; returns (added, removed)."""
+    added, removed = partition_changes(instance.get_dynamic_partitions(PARTITIONS), settings)
+    if added:
+        instance.add_dynamic_partitions(PARTITIONS, added)
+    for name in removed:
+        instance.delete_dynamic_partition(PARTITIONS, name)
+    return added, removed
+
+
+def _last_fingerprint(instance: dg.DagsterInstance, source: str) -> str | None:
+    """The source fingerprint recorded by the latest inventory of the source, if any."""
+    result = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key("source_documents"), asset_partitions=[source]),
+        limit=1,
+    )
+    for record in result.records:
+        mat = record.asset_materialization
+        value = mat.metadata.get("source_fingerprint") if mat else None
+        if value is not None:
+            return str(getattr(value, "value", value))
+    return None
 
 
 @dg.sensor(
@@ -24,30 +75,41 @@ ingestion_job = dg.define_asset_job(
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
-        "Registers a partition for every configured source and requests an ingestion run "
-        "when a source's files change (names, sizes, modification times)."
+        "Keeps one partition per configured source (adds new sources, removes sources that "
+        "left the config) and requests an ingestion run when a source's files change (names, "
+        "sizes, modification times) since its last inventory."
     ),
 )
 def source_change_sensor(
     context: dg.SensorEvaluationContext, pipeline_settings: PipelineSettings
 ) -> dg.SensorResult:
     settings = pipeline_settings.settings
-    registered = set(context.instance.get_dynamic_partitions(source_partitions.name or "sources"))
-    to_add = [s.name for s in settings.sources if s.name not in registered]
+    to_add, to_remove = partition_changes(
+        context.instance.get_dynamic_partitions(PARTITIONS), settings
+    )
     previous = json.loads(context.cursor) if context.cursor else {}
     current: dict[str, str] = {}
     requests: list[dg.RunRequest] = []
     for source in settings.sources:
         fingerprint = stages.source_fingerprint(settings, source)
         current[source.name] = fingerprint
-        if previous.get(source.name) != fingerprint:
+        # Without a cursor entry (first tick, new source), the last inventory's fingerprint
+        # says whether the CLI or another launch already ingested these files.
+        before = previous.get(source.name) or _last_fingerprint(context.instance, source.name)
+        if before != fingerprint:
             requests.append(
                 dg.RunRequest(partition_key=source.name, run_key=f"{source.name}:{fingerprint}")
             )
+    partition_requests: list = []
+    if to_add:
+        partition_requests.append(source_partitions.build_add_request(to_add))
+    if to_remove:
+        partition_requests.append(source_partitions.build_delete_request(to_remove))
+        context.log.warning(removed_source_message(to_remove))
     return dg.SensorResult(
         run_requests=requests,
         cursor=json.dumps(current, sort_keys=True),
-        dynamic_partitions_requests=[source_partitions.build_add_request(to_add)] if to_add else [],
+        dynamic_partitions_requests=partition_requests,
     )
 
 
@@ -56,15 +118,25 @@ def build_refresh_schedule(cron: str) -> dg.ScheduleDefinition:
         job=ingestion_job,
         cron_schedule=cron,
         name="source_refresh_schedule",
-        description="Re-ingests every registered source; unchanged documents cost nothing.",
+        description=(
+            "Re-ingests every configured source (and only those); unchanged documents cost nothing."
+        ),
     )
-    def source_refresh_schedule(context: dg.ScheduleEvaluationContext):  # type: ignore[no-untyped-def]
-        keys = context.instance.get_dynamic_partitions(source_partitions.name or "sources")
-        if not keys:
-            return dg.SkipReason("no sources registered yet (the source sensor registers them)")
+    def source_refresh_schedule(
+        context: dg.ScheduleEvaluationContext, pipeline_settings: PipelineSettings
+    ):  # type: ignore[no-untyped-def]
+        settings = pipeline_settings.settings
+        if not settings.sources:
+            return dg.SkipReason("no sources configured")
+        _added, removed = reconcile_partitions(context.instance, settings)
+        if removed:
+            context.log.warning(removed_source_message(removed))
         tick = (
             context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else ""
         )
-        return [dg.RunRequest(partition_key=k, run_key=f"{k}:{tick}") for k in keys]
+        return [
+            dg.RunRequest(partition_key=s.name, run_key=f"{s.name}:{tick}")
+            for s in settings.sources
+        ]
 
     return source_refresh_schedule

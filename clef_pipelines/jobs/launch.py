@@ -1,37 +1,77 @@
 """Run the ingestion job in-process against a persistent Dagster instance.
 
 The CLI, the benchmarks and the tests launch runs through here, so every run they make is a real
-Dagster run that shows in the UI (when DAGSTER_HOME is the same).
+Dagster run that shows in the UI (when DAGSTER_HOME is the same). Sources given as paths on the
+command line (not in the config) run in a throwaway instance instead: they never become
+partitions of the shared one.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import yaml
 
-from clef_pipelines.assets.ingestion import source_partitions
-from clef_pipelines.config import Settings
+from clef_pipelines.config import Settings, SourceConfig
 
-DAGSTER_YAML = """\
-telemetry:
-  enabled: false
-nux:
-  enabled: false
-"""
+#: At most one run per source at a time: runs of a partitioned job carry the tag
+#: `dagster/partition=<source>`, and the run queue starts one run per value of it.
+ONE_RUN_PER_SOURCE = {
+    "key": "dagster/partition",
+    "value": {"applyLimitPerUniqueValue": True},
+    "limit": 1,
+}
+
+# What the generated dagster.yaml must hold; other settings in an existing file are kept.
+INSTANCE_DEFAULTS: dict[str, Any] = {
+    "telemetry": {"enabled": False},
+    "nux": {"enabled": False},
+    "concurrency": {"runs": {"tag_concurrency_limits": [ONE_RUN_PER_SOURCE]}},
+}
+
+LAUNCHED_BY_TAG = "clef/launched_by"
+PID_TAG = "clef/pid"
+HOST_TAG = "clef/host"
+
+
+def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    out = dict(config)
+    out.setdefault("telemetry", INSTANCE_DEFAULTS["telemetry"])
+    out.setdefault("nux", INSTANCE_DEFAULTS["nux"])
+    concurrency = dict(out.get("concurrency") or {})
+    runs = dict(concurrency.get("runs") or {})
+    limits = list(runs.get("tag_concurrency_limits") or [])
+    if not any(limit.get("key") == ONE_RUN_PER_SOURCE["key"] for limit in limits):
+        limits.append(ONE_RUN_PER_SOURCE)
+    runs["tag_concurrency_limits"] = limits
+    concurrency["runs"] = runs
+    out["concurrency"] = concurrency
+    return out
 
 
 def ensure_dagster_home(settings: Settings) -> Path:
-    """Use $DAGSTER_HOME, or <data_dir>/dagster, so runs and partitions persist between calls."""
+    """Use $DAGSTER_HOME, or <data_dir>/dagster, so runs and partitions persist between calls;
+    make sure its dagster.yaml has telemetry off and one run per source at a time."""
     home = Path(os.environ.get("DAGSTER_HOME") or settings.data_path / "dagster")
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "dagster.yaml"
-    if not cfg.exists():
-        cfg.write_text(DAGSTER_YAML, encoding="utf-8")
+    current = (yaml.safe_load(cfg.read_text(encoding="utf-8")) or {}) if cfg.exists() else {}
+    wanted = _with_defaults(current)
+    if wanted != current:
+        header = (
+            "# Written by clef-pipelines: telemetry off, and at most one run per source\n"
+            "# (partition) at a time. Other settings you add here are kept.\n"
+        )
+        cfg.write_text(header + yaml.safe_dump(wanted, sort_keys=False), encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ.setdefault("DAGSTER_DG_UPDATE_CHECK_ENABLED", "0")
     return home
@@ -46,20 +86,39 @@ class SourceRunReport:
     #: Asset check results: "asset:check" -> passed.
     checks: dict[str, bool] = field(default_factory=dict)
     error: str | None = None
+    status: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "run_id": self.run_id,
             "success": self.success,
+            "status": self.status,
             "error": self.error,
             "assets": self.assets,
             "checks": self.checks,
         }
 
 
+class RunInterrupted(Exception):
+    """Ctrl-C during a run: the run is marked canceled in the instance."""
+
+    def __init__(self, source: str, run_id: str) -> None:
+        super().__init__(f"interrupted: run {run_id} of source {source!r} marked canceled")
+        self.source = source
+        self.run_id = run_id
+
+
+class SourceBusy(Exception):
+    """Another run of the same source is still in progress after the wait."""
+
+
 def _plain(value: Any) -> Any:
-    """Dagster metadata values -> JSON-friendly Python values."""
+    """Dagster metadata values -> JSON-friendly Python values (tables -> lists of rows)."""
+    if isinstance(value, dg.TableMetadataValue):
+        return [dict(record.data) for record in value.records]
+    if isinstance(value, dg.TableSchemaMetadataValue):
+        return [{"name": c.name, "type": c.type} for c in value.schema.columns]
     inner = getattr(value, "value", value)
     if isinstance(inner, (str, int, float, bool)) or inner is None:
         return inner
@@ -68,52 +127,185 @@ def _plain(value: Any) -> Any:
     return str(inner)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def wait_for_source(
+    instance: dg.DagsterInstance,
+    source: str,
+    *,
+    timeout_s: float = 600.0,
+    on_wait: Callable[[str], None] | None = None,
+) -> None:
+    """Block while another run of `source` is in progress (the daemon's queue holds back its
+    own runs for as long as this process's run is in progress). A run left behind by a CLI
+    process that no longer exists is marked failed instead of waited for."""
+    deadline = time.monotonic() + timeout_s
+    said: set[str] = set()
+    while True:
+        active = instance.get_run_records(
+            dg.RunsFilter(
+                statuses=[
+                    dg.DagsterRunStatus.STARTING,
+                    dg.DagsterRunStatus.STARTED,
+                    dg.DagsterRunStatus.CANCELING,
+                ],
+                tags={"dagster/partition": source},
+            )
+        )
+        blocking = []
+        for record in active:
+            run = record.dagster_run
+            pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
+            if pid and host == socket.gethostname() and not _pid_alive(int(pid)):
+                instance.report_run_failed(run, "the process that ran it is gone (killed)")
+                continue
+            blocking.append(run.run_id)
+        if not blocking:
+            return
+        if time.monotonic() > deadline:
+            raise SourceBusy(
+                f"run {blocking[0]} of source {source!r} is still in progress after "
+                f"{timeout_s:.0f} s: wait for it, or terminate it in the UI"
+            )
+        message = f"waiting for run {blocking[0]} of source {source!r} to finish"
+        if on_wait is not None and message not in said:
+            on_wait(message)
+            said.add(message)
+        time.sleep(1.0)
+
+
+def run_config(
+    force: bool = False, force_documents: Sequence[str] = (), log_level: str = "WARNING"
+) -> dict[str, Any]:
+    """The typed run config of `ingestion_job` (what the launchpad shows)."""
+    from clef_pipelines.assets.ingestion import asset_key
+
+    op = "__".join(asset_key("source_documents").path)
+    return {
+        "ops": {op: {"config": {"force": force, "force_documents": list(force_documents)}}},
+        "loggers": {"console": {"config": {"log_level": log_level}}},
+    }
+
+
 def run_ingestion(
     settings: Settings,
     sources: list[str],
     *,
     config_path: str | None,
+    source_configs: Sequence[SourceConfig] = (),
     overrides: dict[str, Any] | None = None,
     force: bool = False,
+    force_documents: Sequence[str] = (),
     log_level: str = "WARNING",
+    on_wait: Callable[[str], None] | None = None,
+    wait_timeout_s: float = 600.0,
 ) -> list[SourceRunReport]:
-    """One run of `ingestion_job` per source partition, in this process, in order."""
+    """One run of `ingestion_job` per source partition, in this process, in order.
+
+    Configured sources run in the persistent instance, whose partitions are first made equal to
+    the configured sources; other sources (paths given on the command line) run in a throwaway
+    instance. `source_configs` are the sources as the caller resolved them (ad-hoc ones, or a
+    configured one sent to another collection); `overrides` is what `eval` merges over the file
+    (a dataset given on its command line, whose source runs in the persistent instance so the
+    evaluation's lineage is complete).
+    """
     from clef_pipelines.definitions import build_definitions, build_resources
+    from clef_pipelines.jobs.ingestion import PARTITIONS, reconcile_partitions
+    from clef_pipelines.resources.settings import PipelineSettings
 
     ensure_dagster_home(settings)
-    instance = dg.DagsterInstance.get()
-    registered = set(instance.get_dynamic_partitions(source_partitions.name or "sources"))
-    missing = [s for s in sources if s not in registered]
-    if missing:
-        instance.add_dynamic_partitions(source_partitions.name or "sources", missing)
+    overrides_json = json.dumps(overrides or {})
+    file_view = PipelineSettings(config_path=config_path).settings
+    configured = {s.name for s in file_view.sources}
+    from_overrides = {
+        s.name
+        for s in PipelineSettings(
+            config_path=config_path, overrides_json=overrides_json
+        ).settings.sources
+    }
     job = build_definitions(config_path).resolve_job_def("ingestion_job")
-    resources = build_resources(config_path, json.dumps(overrides or {}))
+    resources = build_resources(config_path, source_configs, overrides_json)
     reports: list[SourceRunReport] = []
-    for source in sources:
+    shared = dg.DagsterInstance.get()
+    adhoc: dg.DagsterInstance | None = None
+    try:
+        if any(s in configured for s in sources):
+            reconcile_partitions(shared, file_view)
+        for source in sources:
+            if source in configured or source in from_overrides:
+                instance = shared
+                if source not in instance.get_dynamic_partitions(PARTITIONS):
+                    instance.add_dynamic_partitions(PARTITIONS, [source])
+                wait_for_source(instance, source, timeout_s=wait_timeout_s, on_wait=on_wait)
+            else:
+                adhoc = adhoc or dg.DagsterInstance.ephemeral()
+                instance = adhoc
+                instance.add_dynamic_partitions(PARTITIONS, [source])
+            reports.append(
+                _run_one(job, instance, resources, source, force, force_documents, log_level)
+            )
+    finally:
+        if adhoc is not None:
+            adhoc.dispose()
+    return reports
+
+
+def _run_one(
+    job: dg.JobDefinition,
+    instance: dg.DagsterInstance,
+    resources: dict[str, Any],
+    source: str,
+    force: bool,
+    force_documents: Sequence[str],
+    log_level: str,
+) -> SourceRunReport:
+    run_id = str(uuid.uuid4())
+    try:
         result = job.execute_in_process(
             partition_key=source,
             instance=instance,
             resources=resources,
             raise_on_error=False,
-            tags={"clef/force": "true" if force else "false", "clef/launched_by": "cli"},
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            run_id=run_id,
+            tags={
+                LAUNCHED_BY_TAG: "cli",
+                PID_TAG: str(os.getpid()),
+                HOST_TAG: socket.gethostname(),
+            },
+            run_config=run_config(force, force_documents, log_level),
         )
-        report = SourceRunReport(source=source, run_id=result.run_id, success=result.success)
-        for event in result.all_events:
-            if event.event_type_value == "ASSET_MATERIALIZATION":
-                mat = event.event_specific_data.materialization  # type: ignore[union-attr]
-                report.assets[mat.asset_key.to_user_string()] = {
-                    k: _plain(v) for k, v in mat.metadata.items()
-                }
-            elif event.event_type_value == "ASSET_CHECK_EVALUATION":
-                check = event.event_specific_data  # type: ignore[union-attr]
-                key = f"{check.asset_key.to_user_string()}:{check.check_name}"
-                report.checks[key] = bool(check.passed)
-            elif event.event_type_value == "STEP_FAILURE" and report.error is None:
-                err = event.event_specific_data.error  # type: ignore[union-attr]
-                report.error = _root_message(err)
-        reports.append(report)
-    return reports
+    except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):
+        run = instance.get_run_by_id(run_id)
+        if run is not None and not run.is_finished:
+            instance.report_run_canceled(run, "interrupted (Ctrl-C)")
+        raise RunInterrupted(source, run_id) from None
+    run = instance.get_run_by_id(run_id)
+    report = SourceRunReport(
+        source=source,
+        run_id=result.run_id,
+        success=result.success,
+        status=run.status.value if run is not None else "",
+    )
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_MATERIALIZATION":
+            mat = event.event_specific_data.materialization  # type: ignore[union-attr]
+            # Reports name assets without the key prefix: "chunks", not "clef/chunks".
+            report.assets[mat.asset_key.path[-1]] = {k: _plain(v) for k, v in mat.metadata.items()}
+        elif event.event_type_value == "ASSET_CHECK_EVALUATION":
+            check = event.event_specific_data  # type: ignore[union-attr]
+            report.checks[f"{check.asset_key.path[-1]}:{check.check_name}"] = bool(check.passed)
+        elif event.event_type_value == "STEP_FAILURE" and report.error is None:
+            err = event.event_specific_data.error  # type: ignore[union-attr]
+            report.error = _root_message(err)
+    return report
 
 
 def _root_message(err: Any) -> str:

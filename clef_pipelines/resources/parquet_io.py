@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from clef_pipelines.assets.metadata import frame_metadata
 from clef_pipelines.resources.settings import PipelineSettings
 
 
@@ -40,7 +41,10 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
         tmp = path.with_suffix(f".parquet.tmp-{os.getpid()}")
         obj.write_parquet(tmp)
         os.replace(tmp, path)
-        context.add_output_metadata({"path": dg.MetadataValue.path(str(path)), "rows": obj.height})
+        # Row count and column schema under Dagster's standard keys: the UI tables and plots them.
+        context.add_output_metadata(
+            {"path": dg.MetadataValue.path(str(path)), **frame_metadata(obj)}
+        )
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
         partition = context.asset_partition_key if context.has_asset_partitions else None

@@ -32,7 +32,7 @@ def test_squad_through_ingestion_and_eval_job(eval_config: Path) -> None:
     # The collection was built by the ingestion graph, under the dataset's partition key.
     instance = dg.DagsterInstance.get()
     for key in ("store_sync", "chunks", "eval_candidates", "eval_report"):
-        mat = instance.get_latest_materialization_event(dg.AssetKey(key))
+        mat = instance.get_latest_materialization_event(dg.AssetKey(["clef", key]))
         assert mat is not None and mat.dagster_event.partition == "squad", key  # type: ignore[union-attr]
     store = open_store(settings.store, settings.data_path)
     try:

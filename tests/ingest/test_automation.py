@@ -1,4 +1,5 @@
-"""The source sensor registers partitions and reacts to file changes; the schedule refreshes."""
+"""Partitions follow the configured sources; the sensor and the schedule request runs only for
+configured sources; ad-hoc CLI paths never become partitions of the shared instance."""
 
 from __future__ import annotations
 
@@ -6,21 +7,32 @@ import datetime as dt
 import time
 
 import dagster as dg
+from typer.testing import CliRunner
 
+from clef_pipelines.cli.main import app
 from clef_pipelines.jobs.ingestion import build_refresh_schedule, source_change_sensor
 from clef_pipelines.resources.settings import PipelineSettings
 from tests.ingest.conftest import Workspace
 
 
+def _resources(ws: Workspace) -> dict:
+    return {"pipeline_settings": PipelineSettings(config_path=str(ws.config_path))}
+
+
 def _evaluate(instance: dg.DagsterInstance, ws: Workspace, cursor: str | None) -> dg.SensorResult:
-    ctx = dg.build_sensor_context(
-        instance=instance,
-        cursor=cursor,
-        resources={"pipeline_settings": PipelineSettings(config_path=str(ws.config_path))},
-    )
+    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources=_resources(ws))
     result = source_change_sensor(ctx)
     assert isinstance(result, dg.SensorResult)
     return result
+
+
+def _apply(instance: dg.DagsterInstance, result: dg.SensorResult) -> None:
+    for request in result.dynamic_partitions_requests or []:
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions("sources", list(request.partition_keys))
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition("sources", key)
 
 
 def test_sensor_registers_sources_and_requests_runs_on_change(workspace: Workspace) -> None:
@@ -29,7 +41,7 @@ def test_sensor_registers_sources_and_requests_runs_on_change(workspace: Workspa
         (add,) = first.dynamic_partitions_requests
         assert list(add.partition_keys) == ["sample"]
         assert [r.partition_key for r in first.run_requests] == ["sample"]
-        instance.add_dynamic_partitions("sources", ["sample"])
+        _apply(instance, first)
 
         quiet = _evaluate(instance, workspace, first.cursor)
         assert quiet.run_requests == [] and not quiet.dynamic_partitions_requests
@@ -42,19 +54,72 @@ def test_sensor_registers_sources_and_requests_runs_on_change(workspace: Workspa
         assert changed.run_requests[0].run_key != first.run_requests[0].run_key
 
 
-def test_refresh_schedule_requests_every_registered_source(workspace: Workspace) -> None:
-    schedule = build_refresh_schedule("0 3 * * *")
+def test_partitions_follow_the_configured_sources(workspace: Workspace) -> None:
+    extra = workspace.root / "extra"
+    extra.mkdir()
+    (extra / "a.md").write_text("# Extra\n\nA second source.\n")
+    workspace.write_config(
+        sources=[{"name": "sample", "path": "corpus"}, {"name": "extra", "path": "extra"}]
+    )
     with dg.instance_for_test() as instance:
-        empty = schedule(
-            dg.build_schedule_context(
-                instance=instance, scheduled_execution_time=dt.datetime(2026, 1, 1, 3)
-            )
-        )
-        assert isinstance(empty, dg.SkipReason)
-        instance.add_dynamic_partitions("sources", ["a", "b"])
-        requests = schedule(
-            dg.build_schedule_context(
-                instance=instance, scheduled_execution_time=dt.datetime(2026, 1, 1, 3)
-            )
-        )
-        assert sorted(r.partition_key for r in requests) == ["a", "b"]
+        # A partition left from a source that is no longer configured.
+        instance.add_dynamic_partitions("sources", ["sample", "gone"])
+        first = _evaluate(instance, workspace, None)
+        kinds = {
+            type(r).__name__: list(r.partition_keys) for r in first.dynamic_partitions_requests
+        }
+        assert kinds == {
+            "AddDynamicPartitionsRequest": ["extra"],
+            "DeleteDynamicPartitionsRequest": ["gone"],
+        }
+        assert sorted(r.partition_key for r in first.run_requests) == ["extra", "sample"]
+        _apply(instance, first)
+        assert sorted(instance.get_dynamic_partitions("sources")) == ["extra", "sample"]
+
+        # The source leaves the config: its partition goes, no run is requested for it.
+        workspace.write_config(sources=[{"name": "sample", "path": "corpus"}])
+        later = _evaluate(instance, workspace, first.cursor)
+        (delete,) = later.dynamic_partitions_requests
+        assert isinstance(delete, dg.DeleteDynamicPartitionsRequest)
+        assert list(delete.partition_keys) == ["extra"]
+        assert later.run_requests == []
+
+
+def test_refresh_schedule_requests_only_configured_sources(workspace: Workspace) -> None:
+    schedule = build_refresh_schedule("0 3 * * *")
+
+    def tick(instance: dg.DagsterInstance, day: int):  # type: ignore[no-untyped-def]
+        with dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=dt.datetime(2026, 1, day, 3),
+            resources=_resources(workspace),
+        ) as context:
+            return schedule(context)
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("sources", ["stale", "adhoc"])
+        requests = tick(instance, 1)
+        assert [r.partition_key for r in requests] == ["sample"]
+        assert instance.get_dynamic_partitions("sources") == ["sample"]
+
+        workspace.write_config(sources=[])
+        assert isinstance(tick(instance, 2), dg.SkipReason)
+
+
+def test_cli_ingest_then_sensor_first_tick_requests_nothing(workspace: Workspace) -> None:
+    """The UI's first sensor tick after a CLI ingest sees the files were already ingested;
+    an ad-hoc path ingested from the CLI never becomes a partition of the shared instance."""
+    extra = workspace.root / "adhoc"
+    extra.mkdir()
+    (extra / "a.md").write_text("# Ad hoc\n\nIngested once from the command line.\n")
+    cfg = str(workspace.config_path)
+    runner = CliRunner()
+    first_ingest = runner.invoke(app, ["ingest", "--config", cfg, "--json"])
+    assert first_ingest.exit_code == 0, first_ingest.output
+    adhoc = runner.invoke(app, ["ingest", str(extra), "--config", cfg, "--json"])
+    assert adhoc.exit_code == 0, adhoc.output
+    with dg.DagsterInstance.get() as instance:  # DAGSTER_HOME of the workspace
+        assert instance.get_dynamic_partitions("sources") == ["sample"]
+        first = _evaluate(instance, workspace, None)
+        assert first.run_requests == []
+        assert not first.dynamic_partitions_requests

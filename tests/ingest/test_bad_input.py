@@ -14,11 +14,8 @@ def _failed(report) -> dict[str, str]:  # type: ignore[no-untyped-def]
     """doc id -> failure table row text, from both assets that can fail documents."""
     out: dict[str, str] = {}
     for asset in ("source_documents", "parsed_blocks", "chunks"):
-        md = report.assets.get(asset, {}).get("failed_documents") or ""
-        for line in md.splitlines()[2:]:
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if len(cells) >= 3:
-                out[cells[0]] = f"{cells[1]}: {cells[2]}"
+        for row in report.assets.get(asset, {}).get("failed_documents") or []:
+            out[row["doc_id"]] = f"{row['reason']}: {row['error']}"
     return out
 
 
@@ -88,7 +85,7 @@ def test_jsonl_bad_lines_fail_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     records = ws.records()
     assert {r["doc_id"] for r in records} == {"p1", "p3"}
     assert any(r.get("m_year") in (2021, "2021") for r in records)
-    failed = report.assets["source_documents"]["failed_documents"]
+    failed = json.dumps(report.assets["source_documents"]["failed_documents"])
     assert "papers.jsonl" in failed and "line 2" in failed
     assert "malformed" in failed
     assert report.assets["source_documents"]["documents_failed"] == 2

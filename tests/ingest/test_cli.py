@@ -171,13 +171,16 @@ def test_webserver_lists_the_ingestion_assets(workspace: Workspace) -> None:
         assert body is not None, "webserver did not answer"
         keys = {"/".join(n["assetKey"]["path"]) for n in body["data"]["assetNodes"]}
         assert {
-            "source_documents",
-            "parsed_blocks",
-            "screened_paragraphs",
-            "chunks",
-            "enrichments",
-            "embeddings",
-            "store_sync",
+            f"clef/{name}"
+            for name in (
+                "source_documents",
+                "parsed_blocks",
+                "screened_paragraphs",
+                "chunks",
+                "enrichments",
+                "embeddings",
+                "store_sync",
+            )
         } <= keys
         # The ingestion assets are in their group (the evaluation assets have their own).
         groups = {

@@ -1,0 +1,54 @@
+"""Materialisation metadata in Dagster's standard shapes, so the UI can table and plot it.
+
+`dagster/row_count` and `dagster/column_schema` describe a frame; failed documents are a
+`TableMetadataValue`; a source's stored totals sit under `store/...` on every materialisation
+that knows them, so their plots over time show the data, not only what one run changed.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+import polars as pl
+
+from clef_pipelines.ingest.totals import SourceTotals
+
+_FAILURE_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("doc_id", "string", description="The document that failed."),
+        dg.TableColumn("reason", "string", description="A short reason: encoding, oversize..."),
+        dg.TableColumn("error", "string", description="The error message."),
+    ]
+)
+
+
+def failures_table(frame: pl.DataFrame, limit: int = 50) -> dg.TableMetadataValue:
+    """Failed documents (at most `limit` rows; the count metadata says how many in all)."""
+    rows = [
+        dg.TableRecord(
+            {
+                "doc_id": str(row["doc_id"]),
+                "reason": str(row.get("reason") or ""),
+                "error": str(row.get("error") or ""),
+            }
+        )
+        for row in frame.head(limit).iter_rows(named=True)
+    ]
+    return dg.MetadataValue.table(rows, schema=_FAILURE_SCHEMA)
+
+
+def column_schema(frame: pl.DataFrame) -> dg.TableSchema:
+    return dg.TableSchema(
+        columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()]
+    )
+
+
+def frame_metadata(frame: pl.DataFrame) -> dict[str, dg.MetadataValue]:
+    return {
+        "dagster/row_count": dg.MetadataValue.int(frame.height),
+        "dagster/column_schema": dg.MetadataValue.table_schema(column_schema(frame)),
+    }
+
+
+def totals_metadata(totals: SourceTotals) -> dict[str, dg.MetadataValue]:
+    """The source's records in the store: documents, retrievable chunks, quarantined, tokens."""
+    return {f"store/{k}": dg.MetadataValue.int(v) for k, v in totals.as_dict().items()}
