@@ -36,7 +36,9 @@ class SourceConfig(StrictModel):
 
     name: str = Field(description="Partition key: letters, digits, '-', '_' and '.'.")
     path: str = Field(description="Folder or .jsonl file, relative to the config file.")
-    kind: Literal["auto", "folder", "jsonl"] = "auto"
+    kind: Literal["auto", "folder", "jsonl"] = Field(
+        "auto", description="auto (a .jsonl file is JSONL, a folder a folder), folder or jsonl."
+    )
     include: list[str] = Field(
         default_factory=lambda: [
             "**/*.md",
@@ -50,7 +52,9 @@ class SourceConfig(StrictModel):
         ],
         description="Glob patterns of files to ingest from a folder.",
     )
-    exclude: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(
+        default_factory=list, description="Glob patterns of files to leave out of a folder."
+    )
     collection: str | None = Field(None, description="Target collection; default the global one.")
 
     @field_validator("name")
@@ -67,6 +71,8 @@ class SourceConfig(StrictModel):
 
 
 class ParsingConfig(StrictModel):
+    """How files are read and parsed into blocks."""
+
     max_file_bytes: int = Field(20_000_000, description="Larger files fail with 'oversize'.")
     encodings: list[str] = Field(
         default_factory=lambda: ["utf-8"],
@@ -75,15 +81,17 @@ class ParsingConfig(StrictModel):
 
 
 class ChunkingConfig(StrictModel):
+    """How parsed blocks become chunks (sizes in the embedder's word pieces)."""
+
     strategy: Literal["structural", "fixed", "clef"] = Field(
         "structural",
         description="structural | fixed | clef (Clef places the cuts; structural on failure).",
     )
     # Defaults fit the default embedder: all-MiniLM-L6-v2 reads 254 word pieces, and the
     # embedded text adds the title and section path (about 30) to the chunk's own tokens.
-    min_tokens: int = Field(40, ge=1)
-    target_tokens: int = Field(180, ge=8)
-    max_tokens: int = Field(224, ge=16)
+    min_tokens: int = Field(40, ge=1, description="Smaller pieces are merged with a neighbour.")
+    target_tokens: int = Field(180, ge=8, description="The size chunks are grown towards.")
+    max_tokens: int = Field(224, ge=16, description="No chunk is longer than this.")
     overlap_tokens: int = Field(40, ge=0, description="Overlap between fixed chunks.")
 
     @model_validator(mode="after")
@@ -96,13 +104,18 @@ class ChunkingConfig(StrictModel):
 
 
 class EmbedderConfig(StrictModel):
-    kind: Literal["minilm", "hash", "openai"] = "minilm"
+    """Which model turns chunk texts into vectors."""
+
+    kind: Literal["minilm", "hash", "openai"] = Field(
+        "minilm",
+        description="minilm (offline all-MiniLM-L6-v2), hash (tests) or openai (HTTP endpoint).",
+    )
     model: str | None = Field(None, description="Model name (openai kind); fixed for the others.")
     dimension: int | None = Field(None, description="Vector size (hash, openai); minilm is 384.")
-    batch_size: int = Field(64, ge=1)
+    batch_size: int = Field(64, ge=1, description="Texts per embedder call.")
     base_url: str | None = Field(None, description="OpenAI-compatible base URL (openai kind).")
     api_key_env: str | None = Field(None, description="Env variable with the API key (openai).")
-    timeout_s: float = 60.0
+    timeout_s: float = Field(60.0, description="HTTP timeout of one embedder call (openai).")
     executor: Executor = Field(
         "local", description="Where batches are embedded: in this process, or on Ray actors."
     )
@@ -112,7 +125,10 @@ class EmbedderConfig(StrictModel):
 class Settings(StrictModel):
     data_dir: str = Field(".clef", description="Where stores, caches and intermediates live.")
     collection: str = Field("docs", description="Default collection name.")
-    sources: list[SourceConfig] = Field(default_factory=list)
+    sources: list[SourceConfig] = Field(
+        default_factory=list,
+        description="Folders or JSONL files to ingest; each is one Dagster partition.",
+    )
     parsing: ParsingConfig = ParsingConfig()
     chunking: ChunkingConfig = ChunkingConfig()
     embedder: EmbedderConfig = EmbedderConfig()

@@ -61,8 +61,11 @@ def _describe(field: FieldInfo, model: type[BaseModel] | None = None) -> str:
 
 
 def _value_lines(name: str, value: Any, pad: str) -> list[str]:
-    dumped = yaml.safe_dump({name: value}, sort_keys=False, default_flow_style=None, width=1000)
-    return [pad + line for line in dumped.rstrip("\n").splitlines()]
+    if isinstance(value, list) and any(isinstance(v, dict) for v in value):
+        dumped = yaml.safe_dump({name: value}, sort_keys=False, width=1000)
+        return [pad + line for line in dumped.rstrip("\n").splitlines()]
+    # Scalars and lists of scalars as JSON, which YAML reads as the same values.
+    return [f"{pad}{name}: {json.dumps(value)}"]
 
 
 def commented_yaml(model: BaseModel, indent: int = 0) -> str:

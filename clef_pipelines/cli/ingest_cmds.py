@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +25,6 @@ from clef_pipelines.config import (
     Settings,
     SourceConfig,
     apply_overrides,
-    settings_yaml,
 )
 
 err_console = Console(stderr=True)
@@ -90,11 +90,15 @@ def init(
     if source is not None:
         sources.append(SourceConfig(name=_slug(source), path=str(source)))
     settings = Settings(sources=sources)
+    from clef_pipelines.config_doc import commented_yaml
+
     header = (
         "# clef-pipelines configuration. Every key has a default; unknown keys are errors.\n"
         "# Secrets never go here: settings ending in _env name an environment variable.\n"
+        "# Each setting below is written with its default value, after a comment saying what\n"
+        "# it means; delete the ones you do not change.\n\n"
     )
-    path.write_text(header + settings_yaml(settings), encoding="utf-8")
+    path.write_text(header + commented_yaml(settings) + "\n", encoding="utf-8")
     console.print(f"wrote {path}")
 
 
@@ -125,16 +129,31 @@ def ingest(
         _dry_run(settings, names, force, as_json)
         return
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from clef_pipelines.ingest import progress
-    from clef_pipelines.jobs.launch import run_ingestion
+    from clef_pipelines.jobs.launch import (
+        SourceBusy,
+        cancel_runs_of_this_process,
+        run_ingestion,
+    )
 
     with Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description:6}"),
         BarColumn(),
         MofNCompleteColumn(),
+        # Items per second over the recent window, then the time left at that rate.
+        TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         console=err_console,
         transient=True,
         disable=as_json or not err_console.is_terminal,
@@ -142,21 +161,58 @@ def ingest(
         tasks: dict[str, Any] = {}
 
         def listener(stage: str, done: int, total: int) -> None:
+            # Stages: list (documents found), parse, chunk, embed (chunks), sync (records).
             if stage not in tasks:
-                tasks[stage] = bar.add_task(stage, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
+                tasks[stage] = bar.add_task(stage, total=total or None, rate="")
+            task = tasks[stage]
+            bar.update(task, completed=done, total=total or None)
+            speed = bar.tasks[task].speed if task < len(bar.tasks) else None
+            bar.update(task, rate=f"{speed:,.0f}/s" if speed else "")
 
         progress.add_listener(listener)
+        outcome: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                outcome["reports"] = run_ingestion(
+                    settings,
+                    names,
+                    config_path=str(config) if config else None,
+                    source_configs=sources,
+                    force=force,
+                    on_wait=lambda message: err_console.print(message),
+                )
+            except BaseException as exc:  # handed to the main thread below
+                outcome["error"] = exc
+
+        # The run works in a thread so that Ctrl-C reaches this (main) thread and not a step
+        # (where Dagster would record it as a step failure): the run is then marked canceled
+        # and the process ends at once; a run cut anywhere is repaired by the next one.
+        worker = threading.Thread(target=work, name="clef-ingest", daemon=True)
+        worker.start()
         try:
-            reports = run_ingestion(
-                settings,
-                names,
-                config_path=str(config) if config else None,
-                source_configs=sources,
-                force=force,
+            while worker.is_alive():
+                worker.join(0.2)
+        except KeyboardInterrupt:
+            bar.stop()
+            canceled = cancel_runs_of_this_process()
+            runs = ", ".join(f"run {run_id} of source {src!r}" for src, run_id in canceled)
+            err_console.print(
+                f"interrupted: {runs or 'no run started yet'}"
+                + (" marked canceled" if canceled else ""),
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
             )
+            sys.stderr.flush()
+            os._exit(130)  # 130: the shell's code for Ctrl-C
         finally:
             progress.remove_listener(listener)
+        if isinstance(outcome.get("error"), SourceBusy):
+            fail(str(outcome["error"]))
+        if "error" in outcome:
+            raise outcome["error"]
+        reports = outcome["reports"]
     _print_reports(reports, as_json)
     if not all(r.success for r in reports):
         raise typer.Exit(1)
@@ -408,8 +464,8 @@ def delete(
     from clef_pipelines.stores import open_store
 
     settings = load_cli_settings(config)
-    if not doc and not all_records:
-        fail("give --doc ID (repeatable) or --all")
+    if not doc and not all_records and not source:
+        fail("give --doc ID (repeatable), --source NAME (all of a source's records) or --all")
     store = open_store(settings.store, settings.data_path)
     try:
         if not store.has_collection(collection):
@@ -418,15 +474,39 @@ def delete(
             store.drop(collection)
             console.print(f"dropped collection {collection}")
             return
-        where: dict[str, Any] = {"doc_id": {"in": list(doc or [])}}
+        where: dict[str, Any] = {"doc_id": {"in": list(doc)}} if doc else {}
         if source:
             where["source"] = source
         n = store.delete(collection, where=where)
-        console.print(f"deleted {n} records of {len(doc or [])} document(s) from {collection}")
+        what = f"{len(doc)} document(s)" if doc else f"source {source}"
+        console.print(f"deleted {n} records of {what} from {collection}")
         if n == 0:
             raise typer.Exit(1)
     finally:
         store.close()
+
+
+def _ui_command(home: Path, port: int) -> tuple[list[str], Path | None]:
+    """`dg dev` from the project folder (what Dagster 1.13 recommends); where the package is
+    installed without its project folder, `dagster dev` on a workspace file that names the code
+    location `clef_pipelines` as `dg` does."""
+    import shutil
+
+    from clef_pipelines.definitions import CODE_LOCATION
+
+    project = Path(__file__).resolve().parents[2]
+    dg_cli = shutil.which("dg", path=str(Path(sys.executable).parent)) or shutil.which("dg")
+    pyproject = project / "pyproject.toml"
+    if dg_cli and pyproject.exists() and "[tool.dg]" in pyproject.read_text(encoding="utf-8"):
+        return [dg_cli, "dev", "--host", "127.0.0.1", "--port", str(port)], project
+    workspace = home / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n  - python_module:\n      module_name: clef_pipelines.definitions\n"
+        f"      location_name: {CODE_LOCATION}\n",
+        encoding="utf-8",
+    )
+    cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(workspace)]
+    return [*cmd, "-h", "127.0.0.1", "-p", str(port)], None
 
 
 @app.command()
@@ -444,22 +524,11 @@ def ui(
     env["DAGSTER_DG_UPDATE_CHECK_ENABLED"] = "0"
     if config:
         env["CLEF_PIPELINES_CONFIG"] = str(Path(config).resolve())
-    cmd = [
-        sys.executable,
-        "-m",
-        "dagster",
-        "dev",
-        "-m",
-        "clef_pipelines.definitions",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(port),
-    ]
+    cmd, cwd = _ui_command(home, port)
     console.print(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={home}); Ctrl-C stops it")
     # `dagster dev` ignores SIGTERM from a parent script: run it in its own process group and
     # stop the whole group.
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, start_new_session=True)
     try:
         proc.wait()
     except KeyboardInterrupt:

@@ -12,6 +12,26 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        import dagster
+
+        typer.echo(f"clef-pipelines {version('clef-pipelines')} (dagster {dagster.__version__})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """RAG ingestion, retrieval and evaluation on Dagster, steered by Clef."""
+
+
 # Command modules register themselves on `app` when imported.
 from clef_pipelines.cli import api_cmds as _api_cmds  # noqa: E402,F401
 from clef_pipelines.cli import clef_cmds as _clef_cmds  # noqa: E402,F401

@@ -20,6 +20,7 @@ from clef_pipelines.chunking.units import render
 from clef_pipelines.clef.client import SyncClefClient
 from clef_pipelines.config import Settings, SourceConfig
 from clef_pipelines.ingest.documents import TO_PROCESS, EntryState, document_hash
+from clef_pipelines.ingest.progress import report as progress_report
 from clef_pipelines.parsing import parse_document
 from clef_pipelines.parsing.loaders import iter_source_entries, resolve_source_path
 from clef_pipelines.parsing.models import Block, ParseError
@@ -39,6 +40,9 @@ from clef_pipelines.steering.screen import QUARANTINE, ScreenReport, screen_bloc
 
 #: A chunker over one document's kept blocks: (blocks, title, doc_id) -> chunks.
 ChunkerFn = Callable[[list[Block], str, str], list[Chunk]]
+
+#: Documents between two progress reports of the listing, parsing and chunking loops.
+PROGRESS_EVERY = 50
 
 FAILURE_SCHEMA = {"doc_id": pl.Utf8, "reason": pl.Utf8, "error": pl.Utf8}
 
@@ -64,6 +68,8 @@ def list_entries(settings: Settings, source: SourceConfig, fingerprint: str) -> 
     """List a source's documents with their hashes, without parsing anything."""
     out: list[EntryState] = []
     for entry in iter_source_entries(source, Path(settings.base_dir), settings.parsing):
+        if len(out) % PROGRESS_EVERY == 0:
+            progress_report("list", len(out), 0)  # total unknown until the listing ends
         if entry.error is not None:
             out.append(
                 EntryState(
@@ -76,6 +82,7 @@ def list_entries(settings: Settings, source: SourceConfig, fingerprint: str) -> 
                     entry.doc_id, entry.source_uri, document_hash(entry.raw_hash, fingerprint)
                 )
             )
+    progress_report("list", len(out), len(out))
     return out
 
 
@@ -108,9 +115,13 @@ def parse_source(
     failures: list[dict] = []
     if not wanted:
         return pl.DataFrame(schema=BLOCK_SCHEMA), pl.DataFrame(schema=FAILURE_SCHEMA)
+    total = len(wanted)
     for entry in iter_source_entries(source, Path(settings.base_dir), settings.parsing):
         if entry.doc_id not in wanted:
             continue
+        done = total - len(wanted)
+        if done % PROGRESS_EVERY == 0:
+            progress_report("parse", done, total)
         wanted.discard(entry.doc_id)  # a duplicate id is parsed once (the inventory failed it)
         try:
             if entry.error is not None:
@@ -245,7 +256,10 @@ def chunk_documents(
     if "screen_action" not in screened.columns:
         screened = screened.with_columns(pl.lit("keep").alias("screen_action"))
     kept = screened.filter(pl.col("screen_action") != "drop")
-    for (doc_id,), group in kept.group_by(["doc_id"], maintain_order=True):
+    total = kept["doc_id"].n_unique()
+    for n, ((doc_id,), group) in enumerate(kept.group_by(["doc_id"], maintain_order=True)):
+        if n % PROGRESS_EVERY == 0:
+            progress_report("chunk", n, total)
         first = group.row(0, named=True)
         quarantined_rows = group["screen_action"] == QUARANTINE
         block_rows = group.filter(~quarantined_rows).to_dicts()

@@ -182,6 +182,23 @@ def wait_for_source(
         time.sleep(1.0)
 
 
+def cancel_runs_of_this_process(reason: str = "interrupted (Ctrl-C)") -> list[tuple[str, str]]:
+    """Mark every run this process started and that is still going as canceled in the
+    persistent instance; returns (source, run id) pairs."""
+    canceled: list[tuple[str, str]] = []
+    with dg.DagsterInstance.get() as instance:
+        for record in instance.get_run_records(
+            dg.RunsFilter(
+                statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED],
+                tags={PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()},
+            )
+        ):
+            run = record.dagster_run
+            instance.report_run_canceled(run, reason)
+            canceled.append((run.tags.get("dagster/partition", "?"), run.run_id))
+    return canceled
+
+
 def run_config(
     force: bool = False, force_documents: Sequence[str] = (), log_level: str = "WARNING"
 ) -> dict[str, Any]:

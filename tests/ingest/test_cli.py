@@ -186,7 +186,7 @@ def test_webserver_lists_the_ingestion_assets(workspace: Workspace) -> None:
         groups = {
             "/".join(n["assetKey"]["path"]): n["groupName"] for n in body["data"]["assetNodes"]
         }
-        assert {groups[k] for k in ("source_documents", "store_sync")} == {"ingestion"}
+        assert {groups[k] for k in ("clef/source_documents", "clef/store_sync")} == {"ingestion"}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
