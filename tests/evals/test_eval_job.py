@@ -56,10 +56,10 @@ def test_squad_through_ingestion_and_eval_job(eval_config: Path) -> None:
 
     # Recompute nDCG@10 from the recorded candidates with trec_eval's code.
     candidates = pl.read_parquet(
-        settings.data_path / "intermediates" / "eval_candidates" / "squad.parquet"
+        settings.data_path / "intermediates" / "clef" / "eval_candidates" / "squad.parquet"
     )
     queries = pl.read_parquet(
-        settings.data_path / "intermediates" / "eval_dataset" / "squad.parquet"
+        settings.data_path / "intermediates" / "clef" / "eval_dataset" / "squad.parquet"
     )
     judged = queries.filter(~pl.col("unanswerable"))
     qrels = {

@@ -36,12 +36,13 @@ def test_definitions_load_with_described_grouped_assets() -> None:
     assert keys >= {f"clef/{name}" for name in INGESTION_ASSETS}
     for key in graph.get_all_asset_keys():
         node = graph.get(key)
+        assert key.path[0] == "clef", f"{key} lacks the location's key prefix"
         assert node.kinds, f"{key} has no kinds"
         assert node.description and len(node.description) > 40
-        if key.to_user_string() in INGESTION_ASSETS:  # other groups (evaluation) have their own
+        if key.path[-1] in INGESTION_ASSETS:  # other groups (evaluation) have their own
             assert node.group_name == "ingestion"
             assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)
-    checks = {f"{k.asset_key.to_user_string()}:{k.name}" for k in graph.asset_check_keys}
+    checks = {f"{k.asset_key.path[-1]}:{k.name}" for k in graph.asset_check_keys}
     assert {
         "screened_paragraphs:screen_rates_within_bounds",
         "chunks:chunks_within_max_tokens",
