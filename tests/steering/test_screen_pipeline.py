@@ -33,7 +33,8 @@ def screen_questions(fake: FakeServer, since: int = 0) -> list[str]:
 
 
 def intermediate(ws: Workspace, asset: str) -> pl.DataFrame:
-    return pl.read_parquet(ws.settings().data_path / "intermediates" / asset / "sample.parquet")
+    path = ws.settings().data_path / "intermediates" / "clef" / asset / "sample.parquet"
+    return pl.read_parquet(path)
 
 
 def test_planted_instruction_is_quarantined_alone(clef_ws: Workspace, fake: FakeServer) -> None:
