@@ -181,7 +181,7 @@ def serve_once(release: Path, n: int, max_batch: int, conc: int) -> dict[str, An
         load_before = os.getloadavg()[0]
         res = asyncio.run(drive(url, n, conc, key, proc.pid))
         res["loadavg_1m_before_after"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-        health = httpx.get(url + "/health").json()
+        health = httpx.get(url + "/health", headers={"authorization": f"Bearer {key}"}).json()
         res["mean_batch"] = health.get("mean_batch")
         return res
     finally:

@@ -57,6 +57,15 @@ class SourceConfig(StrictModel):
     )
     collection: str | None = Field(None, description="Target collection; default the global one.")
 
+    @field_validator("collection")
+    @classmethod
+    def _valid_collection(cls, v: str | None) -> str | None:
+        return v if v is None else _collection_name(v)
+
+    follow_links_outside: bool = Field(
+        False, description="Read symbolic links that lead outside the source folder."
+    )
+
     @field_validator("name")
     @classmethod
     def _valid_name(cls, v: str) -> str:
@@ -70,14 +79,38 @@ class SourceConfig(StrictModel):
         return v
 
 
+def _collection_name(name: str) -> str:
+    """A name every store accepts, checked when the config loads rather than after a run."""
+    from clef_pipelines.stores._common import check_collection_name
+    from clef_pipelines.stores.base import StoreError
+
+    try:
+        return check_collection_name(name)
+    except StoreError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class ParsingConfig(StrictModel):
     """How files are read and parsed into blocks."""
 
-    max_file_bytes: int = Field(20_000_000, description="Larger files fail with 'oversize'.")
+    max_file_bytes: int = Field(20_000_000, ge=1, description="Larger files fail with 'oversize'.")
     encodings: list[str] = Field(
         default_factory=lambda: ["utf-8"],
+        min_length=1,
         description="Encodings tried in order; a file none decodes fails with 'encoding'.",
     )
+
+    @field_validator("encodings")
+    @classmethod
+    def _known_encodings(cls, v: list[str]) -> list[str]:
+        import codecs
+
+        for name in v:
+            try:
+                codecs.lookup(name)
+            except LookupError:
+                raise ValueError(f"unknown encoding {name!r}") from None
+        return v
 
 
 class ChunkingConfig(StrictModel):
@@ -111,7 +144,9 @@ class EmbedderConfig(StrictModel):
         description="minilm (offline all-MiniLM-L6-v2), hash (tests) or openai (HTTP endpoint).",
     )
     model: str | None = Field(None, description="Model name (openai kind); fixed for the others.")
-    dimension: int | None = Field(None, description="Vector size (hash, openai); minilm is 384.")
+    dimension: int | None = Field(
+        None, ge=1, description="Vector size (hash, openai); minilm is 384."
+    )
     batch_size: int = Field(64, ge=1, description="Texts per embedder call.")
     base_url: str | None = Field(None, description="OpenAI-compatible base URL (openai kind).")
     api_key_env: str | None = Field(None, description="Env variable with the API key (openai).")
@@ -140,9 +175,31 @@ class Settings(StrictModel):
     steering: SteeringConfig = SteeringConfig()
     refresh_cron: str = Field("0 3 * * *", description="Schedule that refreshes every source.")
     sync_batch_rows: int = Field(512, ge=1, description="Records per store upsert call.")
+    ingest_lock_timeout_s: float = Field(
+        3600.0, ge=0, description="How long an ingest waits for another into its collection."
+    )
+    private_files: bool = Field(
+        True, description="Data files 0600 and folders 0700 (umask 077); false: the umask."
+    )
 
     # Where the file was loaded from: relative paths resolve against its folder.
     base_dir: str = Field(".", exclude=True)
+
+    @field_validator("collection")
+    @classmethod
+    def _valid_collection(cls, v: str) -> str:
+        return _collection_name(v)
+
+    @field_validator("refresh_cron")
+    @classmethod
+    def _valid_cron(cls, v: str) -> str:
+        # The rule Dagster applies to a schedule (5 fields, croniter syntax), checked here so a
+        # bad value is refused when the config loads, not by every scheduled run.
+        from croniter import croniter
+
+        if len(v.split()) != 5 or not croniter.is_valid(v):
+            raise ValueError(f"{v!r} is not a 5-field cron expression (e.g. '0 3 * * *')")
+        return v
 
     @field_validator("sources")
     @classmethod

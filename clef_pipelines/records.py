@@ -120,6 +120,7 @@ def record_id(doc_id: str, chunk_content_hash: str, occurrence: int = 0) -> str:
 
 
 def metadata_field(key: str) -> str:
-    """User metadata key -> payload field name (``m_<key>``, safe characters only)."""
-    safe = "".join(c if c.isalnum() or c == "_" else "_" for c in key)
-    return f"m_{safe}"
+    """User metadata key -> payload field name (``m_<key>``); the rule is `ingest.metadata`'s."""
+    from clef_pipelines.ingest.metadata import metadata_field as field_name
+
+    return field_name(key)

@@ -30,6 +30,8 @@ from clef_pipelines.ingest.documents import (
     status_counts,
     stored_documents,
 )
+from clef_pipelines.ingest.locks import collection_lock
+from clef_pipelines.ingest.metadata import METADATA_RULE, stored_field_types
 from clef_pipelines.ingest.progress import report as progress_report
 from clef_pipelines.ingest.sync import check_manifest, embed_chunks, sync_source
 from clef_pipelines.ingest.totals import source_totals
@@ -246,6 +248,7 @@ def chunks(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
     clef: ClefResource,
+    vector_store: VectorStoreResource,
     screened_paragraphs: pl.DataFrame,
 ):  # MaterializeResult with the frame as value
     started = time.perf_counter()
@@ -258,8 +261,13 @@ def chunks(
             chunker = stages.clef_chunker(settings, screened_paragraphs, steering)
         finally:
             steering.close()
+    collection = settings.collection_of(settings.source(context.partition_key))
     frame, failures = stages.chunk_documents(
-        settings, context.partition_key, screened_paragraphs, chunker
+        settings,
+        context.partition_key,
+        screened_paragraphs,
+        chunker,
+        field_types=stored_field_types(vector_store.get(), collection),
     )
     if chunker is not None:
         r = chunker.report
@@ -300,6 +308,7 @@ def chunks(
             "tokens_max": int(tokens.max() or 0) if frame.height else 0,
             "documents_failed": failures.height,
             "failed_documents": failures_table(failures),
+            "metadata_rule": METADATA_RULE,
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
@@ -451,19 +460,22 @@ def store_sync(
     source = settings.source(context.partition_key)
     collection = settings.collection_of(source)
     store = vector_store.get()
-    report = sync_source(
-        store,
-        collection,
-        source.name,
-        source_documents,
-        embeddings,
-        embedder.get(),
-        chunker=settings.chunking.strategy,
-        steering=steering_manifest(settings.steering, clef_enabled=clef_enabled(settings)),
-        batch_rows=settings.sync_batch_rows,
-        progress=lambda done, total: progress_report("sync", done, total),
-        text_language=settings.store.text_language,
-    )
+    # Runs launched from the UI or a schedule take the collection's write lock here (a CLI run
+    # already holds it; the lock is reentrant in one process).
+    with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
+        report = sync_source(
+            store,
+            collection,
+            source.name,
+            source_documents,
+            embeddings,
+            embedder.get(),
+            chunker=settings.chunking.strategy,
+            steering=steering_manifest(settings.steering, clef_enabled=clef_enabled(settings)),
+            batch_rows=settings.sync_batch_rows,
+            progress=lambda done, total: progress_report("sync", done, total),
+            text_language=settings.store.text_language,
+        )
     total = store.count(collection) if store.has_collection(collection) else 0
     totals = source_totals(store, collection, source.name)
     return dg.MaterializeResult(

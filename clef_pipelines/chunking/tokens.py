@@ -11,9 +11,31 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from typing import Protocol
+
+#: Texts counted per tokenizer call, and the longest text counted in one piece: the Rust
+#: encodings of one call live at once, so both bound the memory a count takes (a 5 MB line
+#: counted whole took over a gigabyte).
+COUNT_BATCH = 1024
+COUNT_PIECE_CHARS = 65_536
+_BLANK = re.compile(r"\s")
+
+
+def _pieces(text: str, size: int = COUNT_PIECE_CHARS) -> Iterator[str]:
+    """`text` cut at blank space into pieces of about `size` characters. Counting the pieces
+    and adding up is exact for WordPiece, whose pre-tokenizer splits on blank space; a piece
+    with no blank space in reach is cut where it must be (at worst one token more)."""
+    start, n = 0, len(text)
+    while start < n:
+        stop = min(start + size, n)
+        if stop < n:
+            cut = _BLANK.search(text, stop, min(stop + 256, n))
+            stop = cut.start() if cut else stop
+        yield text[start:stop]
+        start = stop
 
 
 class TokenCounter(Protocol):
@@ -58,13 +80,24 @@ class WordPieceCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
+        if len(text) > COUNT_PIECE_CHARS:
+            return sum(self.count_batch(list(_pieces(text))))
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
-        if not texts:
-            return []
-        encs = self._encode_batch(list(texts), add_special_tokens=False)
-        return [len(e.ids) for e in encs]
+        out: list[int] = []
+        for start in range(0, len(texts), COUNT_BATCH):
+            part = list(texts[start : start + COUNT_BATCH])
+            long = [i for i, t in enumerate(part) if len(t) > COUNT_PIECE_CHARS]
+            for i in long:
+                part[i] = ""
+            encs = self._encode_batch(part, add_special_tokens=False)
+            counts = [len(e.ids) for e in encs]
+            del encs
+            for i in long:
+                counts[i] = self.count(texts[start + i])
+            out.extend(counts)
+        return out
 
 
 def _minilm_tokenizer_path() -> str | None:

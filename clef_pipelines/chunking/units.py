@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from clef_pipelines.chunking.sentences import sentence_spans
 from clef_pipelines.chunking.tokens import TokenCounter
@@ -68,13 +69,33 @@ def pack_spans(
     return out
 
 
+#: Words counted per batch by `word_units`: a megabyte-long line holds a million words, and
+#: their spans and counts are packed as they come rather than held all at once.
+_WORD_WINDOW = 4096
+
+
 def word_units(
     text: str, start: int, end: int, block: int, limit: int, counter: TokenCounter
 ) -> list[Unit]:
-    """Split text[start:end] at blank space into units of at most `limit` tokens."""
-    spans = [(m.start(), m.end()) for m in _WORD.finditer(text, start, end)]
-    counts = counter.count_batch([text[s:e] for s, e in spans])
-    return [Unit(text[s:e], t, block, s, e, False) for s, e, t in pack_spans(spans, counts, limit)]
+    """Split text[start:end] at blank space into units of at most `limit` tokens (greedy, as
+    `pack_spans`), counting a window of words at a time so memory follows the output."""
+    units: list[Unit] = []
+    words = _WORD.finditer(text, start, end)
+    cur_s = cur_e = -1
+    cur_t = 0
+    while window := [(m.start(), m.end()) for m in islice(words, _WORD_WINDOW)]:
+        counts = counter.count_batch([text[s:e] for s, e in window])
+        for (s, e), t in zip(window, counts, strict=True):
+            if cur_s >= 0 and cur_t + t > limit:
+                units.append(Unit(text[cur_s:cur_e], cur_t, block, cur_s, cur_e, False))
+                cur_s, cur_t = -1, 0
+            if cur_s < 0:
+                cur_s = s
+            cur_e = e
+            cur_t += t
+    if cur_s >= 0:
+        units.append(Unit(text[cur_s:cur_e], cur_t, block, cur_s, cur_e, False))
+    return units
 
 
 def sentence_units(

@@ -47,11 +47,10 @@ from clef_pipelines.clef.wire import (
 from clef_pipelines.clef.wire import (
     Usage as WireUsage,
 )
+from clef_pipelines.redact import redacting_logger, register_secret
 
-log = logging.getLogger("clef_pipelines.clef")
+log = redacting_logger("clef_pipelines.clef")
 _SAID: set[str] = set()
-# A retry-after longer than this is a server asking us to stop; we still honour it up to here.
-MAX_RETRY_AFTER_S = 300.0
 
 
 def _say_once(message: str, level: int = logging.INFO) -> None:
@@ -92,6 +91,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
         from clef_pipelines.clef.backends.workers_ai import WorkersAIBackend
 
         account, token = env.get("CLOUDFLARE_ACCOUNT_ID"), env.get("CLOUDFLARE_API_TOKEN")
+        register_secret(token)  # never in a message, even when a server echoes it
         if not account or not token:
             raise ClefNotConfigured(
                 "clef.backend 'workers-ai' needs CLOUDFLARE_ACCOUNT_ID and CLOUDFLARE_API_TOKEN"
@@ -114,6 +114,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
         key = None
         if config.api_key_env:
             key = env.get(config.api_key_env)
+            register_secret(key)
             if not key:
                 raise ClefNotConfigured(
                     f"clef.api_key_env names {config.api_key_env}, which is not set"
@@ -330,11 +331,35 @@ class ClefClient:
             self._pacer = Pacer(c.requests_per_second, c.tokens_per_second, c.max_concurrency)
         return self._pacer
 
+    def _asks_too_long(self, exc: BaseException) -> bool:
+        """A retry-after past `max_retry_after_s` is a server asking us to stop for now."""
+        retry_after = getattr(exc, "retry_after", None)
+        return retry_after is not None and float(retry_after) > self.config.max_retry_after_s
+
+    def _should_retry(self, exc: BaseException) -> bool:
+        return isinstance(exc, ClefError) and exc.retryable and not self._asks_too_long(exc)
+
+    def _before_sleep(self, state: RetryCallState) -> None:
+        """Count the retry and say that we wait, how long and why: a wait is never silent."""
+        self.usage.add_retry()
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        why = "as the server asks (retry-after)" if getattr(exc, "retry_after", None) else "backoff"
+        log.warning(
+            "Clef %s: %s; waiting %.1f s %s before attempt %d of %d",
+            self.backend.describe(),
+            exc,
+            wait,
+            why,
+            state.attempt_number + 1,
+            self.config.max_retries + 1,
+        )
+
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
         retry_after = getattr(exc, "retry_after", None)
-        if retry_after is not None:
-            return min(float(retry_after), MAX_RETRY_AFTER_S)
+        if retry_after is not None:  # within max_retry_after_s: `_should_retry` saw to that
+            return float(retry_after)
         cap = min(
             self.config.backoff_max_s, self.config.backoff_base_s * 2 ** (state.attempt_number - 1)
         )
@@ -360,14 +385,16 @@ class ClefClient:
         charge = tokens + counter.count(canonical_json(wire["questions"])) + PROMPT_OVERHEAD_TOKENS
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.max_retries + 1),
-            retry=retry_if_exception(lambda e: isinstance(e, ClefError) and e.retryable),
+            retry=retry_if_exception(self._should_retry),
             wait=self._wait,
-            before_sleep=lambda _s: self.usage.add_retry(),
+            before_sleep=self._before_sleep,
             sleep=self._sleep,
             reraise=True,
         )
+        attempts_made = 0
         try:
             async for attempt in retrying:
+                attempts_made = attempt.retry_state.attempt_number
                 with attempt:
                     # Hold a concurrency slot while sending only, not while backing off.
                     async with pacer.slots:
@@ -377,6 +404,13 @@ class ClefClient:
             self._check_not_truncated(request, resp, tokens)
         except ClefError as exc:
             self.usage.add_error()
+            if exc.retryable and self._asks_too_long(exc):
+                raise ClefRetriesExhausted(
+                    f"gave up: the server asks to retry after {exc.retry_after:.0f} s, longer than "
+                    f"clef.max_retry_after_s ({self.config.max_retry_after_s:g} s): {exc}",
+                    last=exc,
+                    attempts=attempts_made,
+                ) from exc
             if exc.retryable:
                 n = self.config.max_retries + 1
                 raise ClefRetriesExhausted(

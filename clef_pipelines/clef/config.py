@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from clef_pipelines._strict import StrictModel
 
@@ -13,6 +13,13 @@ Backend = Literal["auto", "workers-ai", "self-hosted", "local", "ray", "off"]
 
 class ClefConfig(StrictModel):
     backend: Backend = "auto"
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: object) -> object:
+        # YAML 1.1 reads a bare `off` (and `no`) as false: that is the `off` backend.
+        return "off" if v is False else v
+
     model: Literal["clef", "clef-flash"] = "clef-flash"
     base_url: str | None = Field(
         None, description="Self-hosted System One endpoint base URL (or env CLEF_BASE_URL)."
@@ -39,7 +46,12 @@ class ClefConfig(StrictModel):
     # Retries: 408, 429, 500, 502, 503, 504, 529 and transport errors.
     max_retries: int = Field(5, ge=0, le=50)
     backoff_base_s: float = Field(0.5, ge=0, description="First backoff; doubles per attempt.")
-    backoff_max_s: float = Field(30.0, ge=0, description="Cap on one backoff (and retry-after).")
+    backoff_max_s: float = Field(30.0, ge=0, description="Cap on one backoff.")
+    max_retry_after_s: float = Field(
+        60.0,
+        ge=0,
+        description="Longest retry-after honoured; a server asking for longer is an error.",
+    )
     timeout_s: float = Field(60.0, gt=0, description="Per-request HTTP timeout.")
     connect_timeout_s: float = Field(10.0, gt=0)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from clef_pipelines.redact import redact
+
 
 class ClefError(RuntimeError):
     """Base of every Clef failure. `status` is the HTTP status when there was one, `code` the
@@ -18,7 +20,8 @@ class ClefError(RuntimeError):
         request_id: str | None = None,
         retry_after: float | None = None,
     ) -> None:
-        super().__init__(message)
+        # Messages carry URLs and echoed bodies: never a password or a bearer key.
+        super().__init__(redact(message))
         self.status = status
         self.code = code
         self.request_id = request_id

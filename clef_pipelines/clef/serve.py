@@ -2,15 +2,17 @@
 
 Concurrent requests share forward passes (the engine's Batcher, or one per Ray actor).
 Errors are JSON: {"error": {"code": ..., "message": ..., "field": ...}} with
-400 bad JSON, 401 bad key, 404 unknown path, 405 wrong method, 413 body too large,
-422 an invalid request (naming the field), 500 an engine failure.
+400 bad JSON (nested too deeply included), 401 bad key, 404 unknown path, 405 wrong method,
+408 a body not sent in time, 413 body too large, 422 an invalid request (naming the field;
+an unknown model too), 500 an engine failure. A connection whose request headers do not arrive
+within `header_timeout_s` is closed; a body must arrive within `body_timeout_s`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
-import logging
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,6 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from clef_pipelines.clef.backends.base import Backend
 from clef_pipelines.clef.errors import (
@@ -27,10 +30,15 @@ from clef_pipelines.clef.errors import (
     ClefValidationError,
 )
 from clef_pipelines.clef.wire import parse_request
+from clef_pipelines.redact import redacting_logger, register_secret
 
-log = logging.getLogger("clef_pipelines.clef.serve")
+log = redacting_logger("clef_pipelines.clef.serve")
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024  # four base64 images and a long state fit
+DEFAULT_HEADER_TIMEOUT_S = 10.0
+DEFAULT_BODY_TIMEOUT_S = 30.0
+#: The published Clef models; any other name is refused rather than echoed back.
+KNOWN_MODELS = frozenset({"clef", "clef-flash"})
 
 
 class _TooLarge(Exception):
@@ -42,6 +50,54 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> JS
     if field:
         err["field"] = field
     return JSONResponse({"error": err}, status_code=status)
+
+
+class _TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for request headers: uvicorn times out idle
+    keep-alive connections, but not a client that sends half a request line and waits."""
+
+    header_timeout_s = DEFAULT_HEADER_TIMEOUT_S
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def _waiting_for_headers(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _too_slow(self) -> None:
+        self._header_timer = None
+        if self._waiting_for_headers() and not self.transport.is_closing():
+            self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._waiting_for_headers():
+            self._arm()  # the first bytes of a next request on a kept-alive connection
+        super().data_received(data)
+        if not self._waiting_for_headers():
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+def _authorised(header: str, api_key: str) -> bool:
+    """`Authorization: Bearer <key>`, the scheme in any case (RFC 9110), compared in
+    constant time so the comparison does not leak how much of the key matched."""
+    scheme, _, token = header.strip().partition(" ")
+    ok_scheme = scheme.lower() == "bearer"
+    return hmac.compare_digest(token.strip().encode(), api_key.encode()) and ok_scheme
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -64,17 +120,16 @@ def build_app(
     *,
     api_key: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     close_backend: bool = True,
 ) -> Starlette:
-    expected = f"Bearer {api_key}".encode() if api_key else None
+    register_secret(api_key)
     stats = {"requests": 0, "errors": 0}
 
     def authorised(request: Request) -> bool:
-        if expected is None:
+        if not api_key:
             return True
-        got = request.headers.get("authorization", "").encode()
-        # Constant time: the comparison must not leak how much of the key matched.
-        return hmac.compare_digest(got, expected)
+        return _authorised(request.headers.get("authorization", ""), api_key)
 
     async def systemone(request: Request) -> JSONResponse:
         stats["requests"] += 1
@@ -82,21 +137,41 @@ def build_app(
             stats["errors"] += 1
             return _error(401, "unauthorized", "missing or wrong bearer key")
         try:
-            raw = await _read_body(request, max_body_bytes)
+            async with asyncio.timeout(body_timeout_s):
+                raw = await _read_body(request, max_body_bytes)
         except _TooLarge:
             stats["errors"] += 1
             return _error(413, "too_large", f"request body over {max_body_bytes} bytes")
+        except TimeoutError:
+            stats["errors"] += 1
+            return _error(408, "timeout", f"request body not received within {body_timeout_s} s")
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             stats["errors"] += 1
             return _error(400, "bad_json", f"body is not valid JSON: {exc}")
+        except RecursionError:
+            stats["errors"] += 1
+            return _error(400, "bad_json", "body is nested too deeply")
         if not isinstance(body, dict):
             stats["errors"] += 1
             return _error(422, "invalid_request", "the body must be a JSON object", "(body)")
+        model = body.get("model")
+        if isinstance(model, str) and model not in KNOWN_MODELS:
+            stats["errors"] += 1
+            return _error(
+                422,
+                "invalid_request",
+                f"unknown model {model[:64]!r}; this server answers as {backend.model!r} "
+                f"(models: {', '.join(sorted(KNOWN_MODELS))})",
+                "model",
+            )
         try:
             req = parse_request(body)
             answer = await backend.send(req)
+        except RecursionError:
+            stats["errors"] += 1
+            return _error(400, "bad_json", "body is nested too deeply")
         except ClefValidationError as exc:
             stats["errors"] += 1
             return _error(422, "invalid_request", str(exc), exc.field)
@@ -107,14 +182,28 @@ def build_app(
             stats["errors"] += 1
             log.exception("engine failure")
             return _error(500, "engine_error", str(exc))
-        return JSONResponse(answer)
+        except Exception as exc:  # whatever breaks, the client gets JSON, not a plain 500
+            stats["errors"] += 1
+            log.exception("unexpected failure")
+            return _error(500, "internal_error", f"{type(exc).__name__}")
+        # The model that answered, whatever name the request used for it.
+        return JSONResponse({**answer, "model": backend.model})
 
     async def health(request: Request) -> JSONResponse:
-        info: dict[str, Any] = {"status": "ok", "backend": backend.describe(), **stats}
+        if not authorised(request):
+            # Liveness only: what runs where is not for anonymous callers.
+            return JSONResponse({"status": "ok"})
+        info: dict[str, Any] = {
+            "status": "ok",
+            "backend": backend.name,
+            "model": backend.model,
+            **stats,
+        }
         runner = getattr(backend, "runner", None)
         engine = getattr(runner, "engine", None)
         if engine is not None:
-            info["engine"] = engine.info()
+            # Never the release folder's path: the server's file system is its own business.
+            info["engine"] = {k: v for k, v in engine.info().items() if k != "release_dir"}
         batcher = getattr(backend, "batcher", None)
         if batcher is not None and batcher.batch_sizes:
             sizes = batcher.batch_sizes
@@ -150,6 +239,30 @@ def build_app(
     )
 
 
+def uvicorn_config(
+    app: Starlette,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+    log_level: str = "info",
+) -> Any:
+    """uvicorn settings for `serve`: the h11 protocol with a header deadline (httptools, which
+    uvicorn would pick when installed, has no such deadline)."""
+    import uvicorn
+
+    protocol = type("ClefH11Protocol", (_TimedH11Protocol,), {"header_timeout_s": header_timeout_s})
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=protocol,
+        log_level=log_level,
+        access_log=False,
+        timeout_keep_alive=5,
+    )
+
+
 def serve(
     backend: Backend,
     *,
@@ -157,8 +270,14 @@ def serve(
     port: int = 8080,
     api_key: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
 ) -> None:
     import uvicorn
 
-    app = build_app(backend, api_key=api_key, max_body_bytes=max_body_bytes)
-    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+    app = build_app(
+        backend, api_key=api_key, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s
+    )
+    uvicorn.Server(
+        uvicorn_config(app, host=host, port=port, header_timeout_s=header_timeout_s)
+    ).run()

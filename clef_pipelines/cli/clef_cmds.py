@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
+from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
 from clef_pipelines.cli.main import app
 
 
@@ -61,7 +61,7 @@ def serve(
             fail(f"--api-key-env names {api_key_env}, which is not set")
     elif not _is_loopback(host):
         console.print(
-            f"[yellow]warning:[/] serving on {host} without a key; pass --api-key-env to "
+            f"[yellow]warning:[/] serving on {lit(host)} without a key; pass --api-key-env to "
             "require a bearer key"
         )
     batch = max_batch or cfg.max_batch
@@ -113,7 +113,7 @@ def clef_pool_shutdown(config: ConfigOption = None) -> None:
 
     cfg = load_cli_settings(config).clef
     killed = shutdown_pool(cfg.ray_namespace, address=cfg.ray_address)
-    console.print(f"killed {len(killed)} actor(s): {', '.join(killed) or 'none'}")
+    console.print(f"killed {len(killed)} actor(s): {lit(', '.join(killed) or 'none')}")
 
 
 _NOT_CONFIGURED_CLEF = (
@@ -220,7 +220,7 @@ def check(config: ConfigOption = None) -> None:
             comp,
             f"[{colour[st]}]{st}[/]",
             f"{lat:.1f} ms" if lat is not None else "-",
-            det,
+            lit(det),
         )
     console.print(table)
     if any(r[1] == "failed" for r in rows):

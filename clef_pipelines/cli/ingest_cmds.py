@@ -14,10 +14,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
+from clef_pipelines.cli.common import (
+    ConfigOption,
+    collection_arg,
+    console,
+    err_console,
+    fail,
+    lit,
+    load_cli_settings,
+)
 from clef_pipelines.cli.main import app
 from clef_pipelines.config import (
     DEFAULT_CONFIG_NAME,
@@ -26,8 +33,6 @@ from clef_pipelines.config import (
     SourceConfig,
     apply_overrides,
 )
-
-err_console = Console(stderr=True)
 
 
 def _slug(path: Path) -> str:
@@ -99,7 +104,7 @@ def init(
         "# it means; delete the ones you do not change.\n\n"
     )
     path.write_text(header + commented_yaml(settings) + "\n", encoding="utf-8")
-    console.print(f"wrote {path}")
+    console.print(f"wrote {lit(path)}")
 
 
 @app.command()
@@ -119,11 +124,17 @@ def ingest(
 ) -> None:
     """Ingest sources into a collection through the Dagster job (runs show in `ui`)."""
     settings = load_cli_settings(config)
-    sources = chosen_sources(settings, paths, source, collection)
+    sources = chosen_sources(settings, paths, source, collection_arg(collection))
     if not sources:
         fail("nothing to ingest: give a PATH, or configure sources (see `clef-pipelines init`)")
+    for src in sources:
+        if not settings.resolve(src.path).exists():
+            fail(f"sources.{src.name}.path: {settings.resolve(src.path)} does not exist")
     overrides = {"sources": [s.model_dump(mode="json") for s in sources]}
-    settings = apply_overrides(settings, overrides)
+    try:
+        settings = apply_overrides(settings, overrides)
+    except ConfigError as exc:
+        fail(str(exc))
     names = [s.name for s in sources]
     if dry_run:
         _dry_run(settings, names, force, as_json)
@@ -214,8 +225,23 @@ def ingest(
             raise outcome["error"]
         reports = outcome["reports"]
     _print_reports(reports, as_json)
-    if not all(r.success for r in reports):
+    if not all(r.success for r in reports) or any(_all_failed(r) for r in reports):
         raise typer.Exit(1)
+
+
+def _failed_count(report: Any) -> int:
+    """Documents that failed in any step (listing, parsing, chunking)."""
+    return sum(
+        report.assets.get(asset, {}).get("documents_failed") or 0
+        for asset in ("source_documents", "parsed_blocks", "chunks")
+    )
+
+
+def _all_failed(report: Any) -> bool:
+    """A run in which documents were there to ingest and every one of them failed."""
+    docs = report.assets.get("source_documents", {})
+    total = docs.get("documents") or 0
+    return total > 0 and _failed_count(report) >= total
 
 
 def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -> None:
@@ -227,6 +253,7 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
         stored_documents,
     )
     from clef_pipelines.ingest.stages import list_entries
+    from clef_pipelines.parsing.models import ParseError
     from clef_pipelines.stores import open_store
 
     store = open_store(settings.store, settings.data_path)
@@ -236,12 +263,11 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
         for name in names:
             src = settings.source(name)
             coll = settings.collection_of(src)
-            inv = plan_inventory(
-                name,
-                list_entries(settings, src, pipeline_fingerprint(settings, embedder.name)),
-                stored_documents(store, coll, name),
-                force=force,
-            )
+            try:
+                entries = list_entries(settings, src, pipeline_fingerprint(settings, embedder.name))
+            except ParseError as exc:  # the source itself cannot be listed
+                fail(str(exc))
+            inv = plan_inventory(name, entries, stored_documents(store, coll, name), force=force)
             failed = inv.filter(inv["status"] == "failed").select("doc_id", "reason", "error")
             out.append(
                 {
@@ -259,12 +285,13 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
         return
     for item in out:
         console.print(
-            f"[bold]{item['source']}[/] -> {item['collection']} (dry run, nothing written)"
+            f"[bold]{lit(item['source'])}[/] -> {lit(item['collection'])} "
+            "(dry run, nothing written)"
         )
         for status, n in item["documents"].items():
             console.print(f"  {status:10} {n}")
         for f in item["failed"]:
-            console.print(f"  [red]failed[/] {f['doc_id']}: {f['error']}")
+            console.print(f"  [red]failed[/] {lit(f['doc_id'])}: {lit(f['error'])}")
 
 
 def _print_reports(reports: list[Any], as_json: bool) -> None:
@@ -278,7 +305,8 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
         sync = r.assets.get("store_sync", {})
         status = "[green]ok[/]" if r.success else "[red]failed[/]"
         console.print(
-            f"[bold]{r.source}[/] -> {docs.get('collection', '?')}: {status} (run {r.run_id[:8]})"
+            f"[bold]{lit(r.source)}[/] -> {lit(docs.get('collection', '?'))}: {status} "
+            f"(run {r.run_id[:8]})"
         )
         table = Table(show_header=False, box=None, pad_edge=False)
         rows = [
@@ -289,11 +317,7 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
             ),
             ("  unchanged (skipped)", docs.get("documents_unchanged")),
             ("  removed", docs.get("documents_removed")),
-            (
-                "  failed",
-                (docs.get("documents_failed") or 0)
-                + (r.assets.get("parsed_blocks", {}).get("documents_failed") or 0),
-            ),
+            ("  failed", _failed_count(r)),
             ("chunks", chunks.get("chunks")),
             ("tokens", chunks.get("tokens")),
             ("embedded / reused", f"{emb.get('embedded', 0)} / {emb.get('reused', 0)}"),
@@ -309,16 +333,16 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
             ("records in collection", sync.get("collection_records")),
         ]
         for k, v in rows:
-            table.add_row(k, "" if v is None else str(v))
+            table.add_row(k, "" if v is None else lit(v))
         console.print(table)
         for asset in ("source_documents", "parsed_blocks", "chunks"):
             for row in r.assets.get(asset, {}).get("failed_documents") or []:
                 console.print(
-                    f"[red]failed[/] ({asset}) {row['doc_id']}: {row['reason']}: {row['error']}",
+                    f"[red]failed[/] ({asset}) {lit(row['doc_id'])}: {lit(row['reason'])}: {lit(row['error'])}",
                     markup=True,
                 )
         if r.error:
-            console.print(f"[red]error:[/] {r.error}")
+            console.print(f"[red]error:[/] {lit(r.error)}")
 
 
 @app.command()
@@ -333,6 +357,7 @@ def inspect(
     """Show how a file parses and chunks, or what a collection holds."""
     settings = load_cli_settings(config)
     if collection:
+        collection_arg(collection)
         _inspect_collection(settings, collection, as_json)
     elif file:
         _inspect_file(settings, file, as_json)
@@ -383,17 +408,17 @@ def _inspect_file(settings: Settings, file: Path, as_json: bool) -> None:
         )
         return
     console.print(
-        f"[bold]{doc.title}[/] ({file}): {len(blocks)} blocks, {len(pieces)} chunks "
+        f"[bold]{lit(doc.title)}[/] ({lit(file)}): {len(blocks)} blocks, {len(pieces)} chunks "
         f"({settings.chunking.strategy})"
     )
     table = Table("#", "section", "tokens", "chars", "text")
     for i, c in enumerate(pieces):
         table.add_row(
             str(i),
-            c.section_path,
+            lit(c.section_path),
             str(c.tokens),
             f"{c.char_start}-{c.char_end}",
-            c.text[:80].replace("\n", " "),
+            lit(c.text[:80].replace("\n", " ")),
         )
     console.print(table)
 
@@ -438,7 +463,7 @@ def _inspect_collection(settings: Settings, collection: str, as_json: bool) -> N
         print(json.dumps(summary, indent=2, default=str))
         return
     console.print(
-        f"[bold]{collection}[/] in {summary['store']}: embedder {manifest.get('embedder')} "
+        f"[bold]{lit(collection)}[/] in {summary['store']}: embedder {lit(manifest.get('embedder'))} "
         f"({manifest.get('dimension')}-d, {manifest.get('metric')})"
     )
     index = summary["index"]
@@ -448,7 +473,7 @@ def _inspect_collection(settings: Settings, collection: str, as_json: bool) -> N
     )
     table = Table("source", "documents", "records", "quarantined")
     for k, v in summary["sources"].items():
-        table.add_row(k, str(v["documents"]), str(v["records"]), str(v["quarantined"]))
+        table.add_row(lit(k), str(v["documents"]), str(v["records"]), str(v["quarantined"]))
     console.print(table)
 
 
@@ -458,12 +483,16 @@ def delete(
     doc: Annotated[list[str] | None, typer.Option(help="Document id(s) to delete.")] = None,
     source: Annotated[str | None, typer.Option(help="Only this source's records.")] = None,
     all_records: Annotated[bool, typer.Option("--all", help="Drop the whole collection.")] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Drop without asking (required off a terminal).")
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
     """Delete documents (all their chunks) from a collection, or drop the collection."""
     from clef_pipelines.stores import open_store
 
     settings = load_cli_settings(config)
+    collection_arg(collection)
     if not doc and not all_records and not source:
         fail("give --doc ID (repeatable), --source NAME (all of a source's records) or --all")
     store = open_store(settings.store, settings.data_path)
@@ -471,15 +500,16 @@ def delete(
         if not store.has_collection(collection):
             fail(f"collection {collection!r} does not exist")
         if all_records:
+            _confirm_drop(collection, store.count(collection), yes)
             store.drop(collection)
-            console.print(f"dropped collection {collection}")
+            console.print(f"dropped collection {lit(collection)}")
             return
         where: dict[str, Any] = {"doc_id": {"in": list(doc)}} if doc else {}
         if source:
             where["source"] = source
         n = store.delete(collection, where=where)
-        what = f"{len(doc)} document(s)" if doc else f"source {source}"
-        console.print(f"deleted {n} records of {what} from {collection}")
+        what = f"{len(doc)} document(s)" if doc else f"source {lit(source)}"
+        console.print(f"deleted {n} records of {what} from {lit(collection)}")
         if n == 0:
             raise typer.Exit(1)
     finally:
@@ -509,6 +539,20 @@ def _ui_command(home: Path, port: int) -> tuple[list[str], Path | None]:
     return [*cmd, "-h", "127.0.0.1", "-p", str(port)], None
 
 
+def _confirm_drop(collection: str, records: int, yes: bool) -> None:
+    """Dropping a collection cannot be undone: ask on a terminal, else demand --yes."""
+    if yes:
+        return
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        if typer.confirm(f"Drop collection {collection!r} and its {records} records?"):
+            return
+        fail("nothing dropped", code=1)
+    fail(
+        f"--all drops collection {collection!r} and its {records} records: pass --yes to "
+        "confirm (there is no terminal to ask on)"
+    )
+
+
 @app.command()
 def ui(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 3000,
@@ -525,7 +569,9 @@ def ui(
     if config:
         env["CLEF_PIPELINES_CONFIG"] = str(Path(config).resolve())
     cmd, cwd = _ui_command(home, port)
-    console.print(f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={home}); Ctrl-C stops it")
+    console.print(
+        f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={lit(home)}); Ctrl-C stops it"
+    )
     # `dagster dev` ignores SIGTERM from a parent script: run it in its own process group and
     # stop the whole group.
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, start_new_session=True)

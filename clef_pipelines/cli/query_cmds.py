@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
+from clef_pipelines.cli.common import (
+    ConfigOption,
+    collection_arg,
+    console,
+    fail,
+    lit,
+    load_cli_settings,
+)
 from clef_pipelines.cli.main import app
 
 if TYPE_CHECKING:
@@ -95,20 +102,22 @@ def _scores(scores: dict[str, float]) -> str:
 def print_result(result: RetrievalResult, *, verbose: bool, header: bool) -> None:
     """The human view of one result; `verbose` adds what was dropped and the trace."""
     if header:
-        console.print(f"\n[bold]Q: {result.query}[/]")
+        console.print(f"\n[bold]Q: {lit(result.query)}[/]")
     if result.degraded:
-        console.print(f"[yellow]degraded (vector order):[/] {'; '.join(result.degraded_reasons)}")
+        reasons = lit("; ".join(result.degraded_reasons))
+        console.print(f"[yellow]degraded (vector order):[/] {reasons}")
     if result.abstain:
-        console.print(f"[yellow]abstains:[/] {result.reason}")
+        console.print(f"[yellow]abstains:[/] {lit(result.reason)}")
     if result.filter_used:
-        console.print(f"filter: {json.dumps(result.filter_used)}")
+        console.print(f"filter: {lit(json.dumps(result.filter_used))}")
     numbered = result.numbered
     if not numbered:
         console.print("no passages")
     for n, c in numbered:
         tag = "[red]conflict[/] " if c.conflict else ""
         console.print(
-            f"[bold][{n}][/] {tag}{c.vector_score:.3f} {_scores(c.scores)}  [cyan]{c.citation}[/]"
+            f"[bold]\\[{n}][/] {tag}{c.vector_score:.3f} {_scores(c.scores)}  "
+            f"[cyan]{lit(c.citation)}[/]"
         )
         console.print(f"    {_short(c.text)}", markup=False)
     if not verbose:
@@ -117,7 +126,8 @@ def print_result(result: RetrievalResult, *, verbose: bool, header: bool) -> Non
         console.print(f"[bold]dropped ({len(result.dropped)}):[/]")
         for c in sorted(result.dropped, key=lambda c: c.rank):
             console.print(
-                f"  [dim]#{c.rank}[/] [magenta]{c.reason}[/] {_scores(c.scores)}  {c.citation}"
+                f"  [dim]#{c.rank}[/] [magenta]{lit(c.reason)}[/] {_scores(c.scores)}  "
+                f"{lit(c.citation)}"
             )
             console.print(f"      {_short(c.text, 160)}", markup=False)
     t = result.tokens
@@ -132,7 +142,7 @@ def print_result(result: RetrievalResult, *, verbose: bool, header: bool) -> Non
     )
     for s in result.stages:
         extra = f" skipped: {s.skipped}" if s.skipped else ""
-        extra += f" [red]error: {s.error}[/]" if s.error else ""
+        extra += f" [red]error: {lit(s.error)}[/]" if s.error else ""
         console.print(
             f"  {s.name:8} {s.mode:8} {s.ms:8.1f} ms  {s.requests} req  {s.input_tokens} tok{extra}"
         )
@@ -164,6 +174,7 @@ def query(
     """Clef-steered retrieval: the passages that answer each question, with citations."""
     flt = _parse_where(where)
     settings = load_cli_settings(config)
+    collection = collection_arg(collection)
     cfg = _overrides(settings, top_k, budget, max_passages, mode)
     from clef_pipelines.retrieval.retriever import Retriever
 
@@ -197,6 +208,7 @@ def ask(
     without calling it when the passages do not hold the answer."""
     flt = _parse_where(where)
     settings = load_cli_settings(config)
+    collection = collection_arg(collection)
     cfg = _overrides(settings, top_k, budget, None, mode)
     from clef_pipelines.retrieval.retriever import Retriever
 
@@ -212,9 +224,10 @@ def ask(
     if reply.citations:
         console.print()
         for c in reply.citations:
-            console.print(f"[bold][{c['n']}][/] [cyan]{c['citation']}[/]")
+            console.print(f"[bold]\\[{c['n']}][/] [cyan]{lit(c['citation'])}[/]")
     elif not reply.llm_called:
-        console.print(f"[dim]({reply.retrieval.reason or 'abstained'}; no LLM was called)[/]")
+        reason = lit(reply.retrieval.reason or "abstained")
+        console.print(f"[dim]({reason}; no LLM was called)[/]")
     if verbose:
         print_result(reply.retrieval, verbose=True, header=True)
 
@@ -296,6 +309,6 @@ def compact(
             f"tokens {t.before} -> {t.after} (saved {t.saved_fraction:.0%}); "
             f"dropped {len(result.dropped)}: "
             + ", ".join(
-                f"#{c.rank} {c.reason}" for c in sorted(result.dropped, key=lambda c: c.rank)
+                f"#{c.rank} {lit(c.reason)}" for c in sorted(result.dropped, key=lambda c: c.rank)
             )
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from clef_pipelines.chunking.units import render
 from clef_pipelines.clef.client import SyncClefClient
 from clef_pipelines.config import Settings, SourceConfig
 from clef_pipelines.ingest.documents import TO_PROCESS, EntryState, document_hash
+from clef_pipelines.ingest.metadata import FieldTypes, MetadataError, metadata_fields
 from clef_pipelines.ingest.progress import report as progress_report
 from clef_pipelines.parsing import parse_document
 from clef_pipelines.parsing.loaders import iter_source_entries, resolve_source_path
@@ -28,7 +29,6 @@ from clef_pipelines.records import (
     CHUNK_SCHEMA,
     PIPELINE_VERSION,
     content_hash,
-    metadata_field,
     record_id,
     sha256_hex,
 )
@@ -239,18 +239,22 @@ def chunk_documents(
     source: str,
     screened: pl.DataFrame,
     chunker: ChunkerFn | None = None,
+    field_types: Mapping[str, str] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Chunk each document's kept blocks; each quarantined block becomes a record of its own
     (`quarantined`); dropped blocks are left out. Returns (chunks, failures).
 
     `chunker(blocks, title, doc_id)` replaces the configured structural / fixed chunker (the
-    Clef chunker plugs in here).
+    Clef chunker plugs in here). `field_types` are the metadata field types the collection
+    already has; a document whose metadata does not fit them (or the first value of a new
+    field) fails alone (see `ingest.metadata` for the rule).
     """
     cfg = settings.chunking
     now = datetime.now(UTC).isoformat(timespec="seconds")
     rows: list[dict] = []
     failures: list[dict] = []
-    meta_types: dict[str, pl.DataType] = {}
+    types = FieldTypes(field_types)  # type: ignore[arg-type]
+    used_fields: set[str] = set()
     if screened.height == 0:
         return pl.DataFrame(schema=CHUNK_SCHEMA), pl.DataFrame(schema=FAILURE_SCHEMA)
     if "screen_action" not in screened.columns:
@@ -264,6 +268,11 @@ def chunk_documents(
         quarantined_rows = group["screen_action"] == QUARANTINE
         block_rows = group.filter(~quarantined_rows).to_dicts()
         try:
+            fields = metadata_fields(json.loads(first["metadata_json"] or "{}"))
+        except MetadataError as exc:  # this document's metadata alone
+            failures.append({"doc_id": doc_id, "reason": "metadata", "error": f"{doc_id}: {exc}"})
+            continue
+        try:
             kept_blocks = _blocks_of(group.filter(~quarantined_rows))
             if chunker is not None:
                 pieces = chunker(kept_blocks, first["title"], doc_id)
@@ -276,7 +285,18 @@ def chunk_documents(
                 {"doc_id": doc_id, "reason": "chunking", "error": f"{type(exc).__name__}: {exc}"}
             )
             continue
-        metadata = json.loads(first["metadata_json"] or "{}")
+        if not pieces and not alone:
+            # Only headings (or nothing a chunk can hold): said, not dropped in silence.
+            failures.append(
+                {"doc_id": doc_id, "reason": "empty", "error": f"{doc_id}: no text to chunk"}
+            )
+            continue
+        try:  # after chunking: a document that fails anyway does not fix a field's type
+            types.admit(doc_id, fields)
+        except MetadataError as exc:
+            failures.append({"doc_id": doc_id, "reason": "metadata", "error": f"{doc_id}: {exc}"})
+            continue
+        used_fields.update(fields)
         seen: Counter[str] = Counter()
         total = len(pieces) + len(alone)
         whole_doc = any(r["char_start"] < 0 for r in block_rows)
@@ -325,28 +345,21 @@ def chunk_documents(
                 "enrich_version": None,
                 **facts,
             }
-            for key, value in metadata.items():
-                if isinstance(value, (dict, list)):
-                    value = json.dumps(value, sort_keys=True)
-                name = metadata_field(key)
-                row[name] = value
-                meta_types.setdefault(name, _dtype_of(value))
+            row.update(fields)
             rows.append(row)
     schema = dict(CHUNK_SCHEMA)
-    for name, dtype in meta_types.items():
-        schema[name] = dtype
+    for name in sorted(used_fields):
+        schema[name] = _POLARS_TYPES[types.types[name]]
     frame = pl.DataFrame(rows, schema=schema, strict=False)
     return frame, pl.DataFrame(failures, schema=FAILURE_SCHEMA)
 
 
-def _dtype_of(value: object) -> pl.DataType:
-    if isinstance(value, bool):
-        return pl.Boolean()
-    if isinstance(value, int):
-        return pl.Int64()
-    if isinstance(value, float):
-        return pl.Float64()
-    return pl.Utf8()
+_POLARS_TYPES: dict[str, pl.DataType] = {
+    "bool": pl.Boolean(),
+    "int": pl.Int64(),
+    "float": pl.Float64(),
+    "str": pl.Utf8(),
+}
 
 
 def open_steering(settings: Settings, clef: SyncClefClient | None) -> Steering:

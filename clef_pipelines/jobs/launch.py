@@ -22,6 +22,8 @@ import dagster as dg
 import yaml
 
 from clef_pipelines.config import Settings, SourceConfig
+from clef_pipelines.ingest.locks import CollectionBusy, collection_lock, held, lock_path
+from clef_pipelines.privacy import apply_file_privacy
 
 #: At most one run per source at a time: runs of a partitioned job carry the tag
 #: `dagster/partition=<source>`, and the run queue starts one run per value of it.
@@ -61,6 +63,7 @@ def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
 def ensure_dagster_home(settings: Settings) -> Path:
     """Use $DAGSTER_HOME, or <data_dir>/dagster, so runs and partitions persist between calls;
     make sure its dagster.yaml has telemetry off and one run per source at a time."""
+    apply_file_privacy(settings)
     home = Path(os.environ.get("DAGSTER_HOME") or settings.data_path / "dagster")
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "dagster.yaml"
@@ -251,7 +254,14 @@ def run_ingestion(
     job = build_definitions(config_path).resolve_job_def("ingestion_job")
     resources = build_resources(config_path, source_configs, overrides_json)
     reports: list[SourceRunReport] = []
-    shared = dg.DagsterInstance.get()
+    wait_s = settings.ingest_lock_timeout_s
+    # Two first runs in a fresh data folder must not race to create the instance's tables.
+    with held(
+        lock_path(settings.data_path, "dagster-instance"),
+        what="the Dagster instance",
+        timeout_s=wait_s,
+    ):
+        shared = dg.DagsterInstance.get()
     adhoc: dg.DagsterInstance | None = None
     try:
         if any(s in configured for s in sources):
@@ -266,9 +276,20 @@ def run_ingestion(
                 adhoc = adhoc or dg.DagsterInstance.ephemeral()
                 instance = adhoc
                 instance.add_dynamic_partitions(PARTITIONS, [source])
-            reports.append(
-                _run_one(job, instance, resources, source, force, force_documents, log_level)
-            )
+            collection = settings.collection_of(settings.source(source))
+            try:
+                # One ingest at a time per collection, for the whole run: its plan is made
+                # against a store no other run is changing.
+                with collection_lock(settings.data_path, collection, timeout_s=wait_s):
+                    reports.append(
+                        _run_one(
+                            job, instance, resources, source, force, force_documents, log_level
+                        )
+                    )
+            except CollectionBusy as exc:
+                reports.append(
+                    SourceRunReport(source=source, run_id="", success=False, error=str(exc))
+                )
     finally:
         if adhoc is not None:
             adhoc.dispose()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,15 +129,69 @@ def _folder_entries(
             rel = full.relative_to(root).as_posix()
             if matches(rel, source_cfg.include) and not matches(rel, source_cfg.exclude):
                 candidates.append((rel, full))
+    # Links that lead out of the source are refused unless the source allows them: a link
+    # `docs/passwd.md -> /etc/passwd` must not put /etc/passwd in the index.
+    confine_to = None if source_cfg.follow_links_outside else root.resolve()
     for rel, full in sorted(candidates):
-        yield _file_entry(source_cfg.name, rel, full, cfg)
+        yield _file_entry(source_cfg.name, rel, full, cfg, confine_to=confine_to)
 
 
 def _file_uri(path: Path) -> str:
     return path.absolute().as_uri()
 
 
-def _file_entry(source: str, rel: str, full: Path, cfg: ParsingConfig) -> SourceEntry:
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _open_regular(full: Path, what: str) -> int:
+    """Open `full` for reading only if it is a regular file; returns the descriptor.
+
+    O_NONBLOCK makes opening a FIFO return at once instead of waiting for a writer (it has no
+    effect on regular files), and the type is checked on the open descriptor, so a file
+    swapped for a FIFO between a check and the read cannot hang us either.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(full, flags)
+    except OSError as exc:
+        raise ParseError("unreadable", f"{what}: cannot read ({exc.strerror or exc})") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+        raise ParseError("unreadable", f"{what}: is {kind}; only regular files are read")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _read_regular(full: Path, what: str, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (ParseError otherwise)."""
+    fd = _open_regular(full, what)
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > limit:
+            raise ParseError("oversize", f"{what}: {size} bytes, over the {limit} limit")
+        data = fh.read(limit + 1)
+    if len(data) > limit:  # grew since it was opened
+        raise ParseError("oversize", f"{what}: over the {limit} byte limit")
+    return data
+
+
+def _outside(full: Path, root: Path) -> bool:
+    """Whether `full` (a link, or inside one) resolves to somewhere outside `root`."""
+    # realpath does not raise on a link loop; a loop resolves to a path that is no file.
+    return not Path(os.path.realpath(full)).is_relative_to(root)
+
+
+def _file_entry(
+    source: str, rel: str, full: Path, cfg: ParsingConfig, *, confine_to: Path | None = None
+) -> SourceEntry:
     uri = _file_uri(full)
     fmt = SUFFIX_FORMATS.get(full.suffix.lower())
 
@@ -151,30 +206,25 @@ def _file_entry(source: str, rel: str, full: Path, cfg: ParsingConfig) -> Source
         )
     if full.is_symlink() and not full.exists():
         return failed(ParseError("unreadable", f"{rel}: broken symbolic link"))
-    if full.is_dir():
-        return failed(ParseError("unreadable", f"{rel}: is a folder, not a file"))
-    try:
-        size = full.stat().st_size
-        if size > cfg.max_file_bytes:
-            return failed(
-                ParseError("oversize", f"{rel}: {size} bytes, over the {cfg.max_file_bytes} limit")
+    if confine_to is not None and _outside(full, confine_to):
+        return failed(
+            ParseError(
+                "outside_source",
+                f"{rel}: a link to {os.path.realpath(full)}, outside the source folder; set the "
+                "source's follow_links_outside: true to read it",
             )
-        raw = full.read_bytes()
-    except OSError as exc:
-        return failed(ParseError("unreadable", f"{rel}: cannot read ({exc.strerror or exc})"))
-    if len(raw) > cfg.max_file_bytes:  # grew since stat
-        return failed(ParseError("oversize", f"{rel}: over the {cfg.max_file_bytes} byte limit"))
+        )
+    try:
+        raw = _read_regular(full, rel, cfg.max_file_bytes)
+    except ParseError as exc:
+        return failed(exc)
     digest = sha256_hex(raw)
+    del raw
 
     def load(override: ParsingConfig | None) -> Document:
         parsing_cfg = override or cfg
         # Re-read rather than keep every file's bytes in memory between listing and loading.
-        try:
-            data = full.read_bytes()
-        except OSError as exc:
-            raise ParseError("unreadable", f"{rel}: cannot read ({exc.strerror or exc})") from exc
-        if len(data) > parsing_cfg.max_file_bytes:
-            raise ParseError("oversize", f"{rel}: over the {parsing_cfg.max_file_bytes} byte limit")
+        data = _read_regular(full, rel, parsing_cfg.max_file_bytes)
         content: str | bytes
         if fmt in TEXT_FORMATS:
             content = decode_text(data, parsing_cfg.encodings, rel)
@@ -232,13 +282,9 @@ def _jsonl_entries(
     file_uri = _file_uri(path)
     name = path.name
     seen: set[str] = set()
-    try:
-        fh = path.open("rb")
-    except OSError as exc:
-        raise ParseError(
-            "unreadable", f"source {source_cfg.name!r}: cannot read {path} ({exc.strerror or exc})"
-        ) from exc
-    with fh:
+    # A FIFO named *.jsonl would block the listing for ever: only a regular file is read.
+    fd = _open_regular(path, f"source {source_cfg.name!r}: {path}")
+    with os.fdopen(fd, "rb") as fh:
         for lineno, raw_line in enumerate(fh, start=1):
             if not raw_line.strip():
                 continue

@@ -15,14 +15,25 @@ from markdown_it.token import Token
 
 from clef_pipelines.parsing.builder import BlockBuilder
 from clef_pipelines.parsing.lines import LineIndex
-from clef_pipelines.parsing.models import Block
+from clef_pipelines.parsing.models import Block, BlockKind
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n.*?\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
 
 
+# markdown-it stops descending past this many nested containers and drops what lies deeper;
+# `_recover_deep_lines` flattens that content back in. 100 levels keep the parser's recursion
+# far from Python's limit.
+MAX_NESTING = 100
+# Container markers at the start of a line: quote '>', bullets, ordered list numbers.
+_MARKERS = re.compile(r"^(?:[ \t]*(?:>|[-*+](?=[ \t]|$)|\d{1,9}[.)](?=[ \t]|$)))+[ \t]*")
+_LEAVES = frozenset(
+    {"paragraph_open", "heading_open", "fence", "code_block", "html_block", "hr", "table_open"}
+)
+
+
 @lru_cache(maxsize=1)
 def _parser() -> MarkdownIt:
-    return MarkdownIt("commonmark").enable("table")
+    return MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable("table")
 
 
 @dataclass
@@ -67,6 +78,41 @@ def _table_text(tokens: list[Token], i: int) -> tuple[str, int]:
     if header_rows and rows:
         lines.insert(header_rows, "| " + " | ".join("---" for _ in rows[0]) + " |")
     return "\n".join(lines), i + 1
+
+
+def _recover_deep_lines(tokens: list[Token], idx: LineIndex, blocks: list[Block]) -> list[Block]:
+    """Lines that markdown-it left out because they were nested too deep, flattened into
+    blocks of their own (markers stripped) at their place in the document."""
+    covered = bytearray(len(idx))
+    for t in tokens:
+        if t.type in _LEAVES and t.map:
+            covered[t.map[0] : t.map[1]] = b"\x01" * (t.map[1] - t.map[0])
+    extra: list[Block] = []
+    for line_no, line in enumerate(idx.lines):
+        if covered[line_no] or not line.strip():
+            continue
+        marker = _MARKERS.match(line)
+        cut = marker.end() if marker else 0
+        text = line[cut:].strip()
+        if not text:
+            continue
+        kind: BlockKind = "paragraph"
+        if marker:
+            kind = "quote" if marker.group(0).lstrip().startswith(">") else "list_item"
+        start = idx.starts[line_no] + cut + (len(line[cut:]) - len(line[cut:].lstrip()))
+        extra.append(Block(kind, text, [], 0, start, start + len(text), verbatim=True))
+    if not extra:
+        return blocks
+    merged = sorted([*blocks, *extra], key=lambda b: b.char_start)  # stable: ties keep order
+    parsed = {id(b) for b in blocks}
+    path: list[str] = []
+    for order, block in enumerate(merged):
+        block.order = order
+        if id(block) in parsed:
+            path = block.heading_path
+        else:
+            block.heading_path = list(path)
+    return merged
 
 
 def parse_markdown(original: str) -> list[Block]:
@@ -148,4 +194,6 @@ def parse_markdown(original: str) -> list[Block]:
             i += 3
             continue
         i += 1
+    if max((t.level for t in tokens), default=0) >= MAX_NESTING - 2:
+        return _recover_deep_lines(tokens, idx, out.blocks)
     return out.blocks

@@ -8,7 +8,15 @@ from typing import Literal
 DocFormat = Literal["md", "txt", "rst", "html", "pdf", "docx"]
 BlockKind = Literal["heading", "paragraph", "list_item", "table", "code", "quote"]
 ErrorReason = Literal[
-    "unreadable", "binary", "empty", "encoding", "oversize", "malformed", "unsupported"
+    "unreadable",
+    "binary",
+    "empty",
+    "encoding",
+    "oversize",
+    "malformed",
+    "unsupported",
+    "outside_source",
+    "metadata",
 ]
 MetaValue = str | int | float | bool
 

@@ -125,6 +125,14 @@ def _check_value(value: Any, ftype: FieldType, op: str, field: str) -> Scalar:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if ok and isinstance(value, float):
             ok = math.isfinite(value)
+    if ok and ftype != "str" and isinstance(value, int) and not -(2**63) <= value < 2**63:
+        # Every engine stores 64-bit integers; a wider value must not reach its SQL.
+        raise FilterError(
+            f"filter operator {op!r} on field {field!r}: value {value} is outside the 64-bit "
+            "integer range",
+            op=op,
+            field=field,
+        )
     if not ok:
         raise FilterError(
             f"filter operator {op!r} on field {field!r}: value {value!r} is not a valid "

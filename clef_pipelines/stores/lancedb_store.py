@@ -217,6 +217,7 @@ class LanceDBStore(VectorStore):
             self._specs[spec.name] = spec
 
     def has_collection(self, name: str) -> bool:
+        check_collection_name(name)  # a name no file system takes is an error, not an OSError
         return self._meta_path(name).exists() and self._db_has(name)
 
     def list_collections(self) -> list[str]:

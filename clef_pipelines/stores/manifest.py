@@ -28,5 +28,5 @@ def check_manifest(manifest: dict[str, Any] | None, collection: str, embedder: E
             f"collection {collection!r} was built with embedder {want[0]} ({want[1]}-d, "
             f"{want[2]}); this configuration uses {have[0]} ({have[1]}-d, {have[2]}). "
             "Use the same embedder, another collection, or drop this collection with "
-            f"`clef-pipelines delete --collection {collection} --all` and ingest again."
+            f"`clef-pipelines delete --collection {collection} --all --yes` and ingest again."
         )

@@ -118,7 +118,7 @@ def test_serve_answers(served) -> None:  # type: ignore[no-untyped-def]
     assert r.status_code == 200, r.text
     resp = parse_response(r.json(), parse_request(b))
     assert resp.usage.input_tokens > 0
-    health = httpx.get(served.url + "/health").json()
+    health = httpx.get(served.url + "/health", headers={"authorization": f"Bearer {KEY}"}).json()
     assert health["status"] == "ok" and health["engine"]["dtype"] == "float32"
 
 

@@ -1,0 +1,77 @@
+"""Keep secrets out of messages and log lines: URL passwords, bearer keys, configured secrets.
+
+Every Clef error message passes through `redact` (see `clef.errors`), so does everything the
+CLI prints as an error, and the loggers of this package carry `RedactingFilter`. Secret values
+that are known at run time (an API key read from the environment) are registered with
+`register_secret` and replaced wherever they appear, even inside an echoed error body.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+
+MASK = "***"
+
+# scheme://user:password@host -> scheme://***@host (any userinfo, with or without a password).
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s@?#]+)@")
+# `Bearer <token>` / `Basic <token>` in any case, as sent in an Authorization header.
+_AUTH_SCHEME = re.compile(r"(?i)\b(?P<scheme>bearer|basic|token)(?P<sep>\s+)[A-Za-z0-9._~+/=\-]+")
+# An echoed header or a key=value pair: authorization: x, api_key=x, "password": "x".
+_KEY_VALUE = re.compile(
+    r"(?i)(?P<key>\b(?:authorization|proxy-authorization|x-api-key|api[_-]?key|api[_-]?token|"
+    r"access[_-]?token|password|passwd|secret)\b[\"']?\s*[:=]\s*[\"']?)"
+    r"(?P<value>(?!\*\*\*)(?:bearer\s+|basic\s+)?[^\s\"',;&}]+)"
+)
+
+_secrets: set[str] = set()
+_lock = threading.Lock()
+# Short values would mask ordinary words; real keys are longer than this.
+_MIN_SECRET_LEN = 6
+
+
+def register_secret(value: str | None) -> None:
+    """Mask this exact value from now on, wherever it appears in a message."""
+    if value and len(value) >= _MIN_SECRET_LEN:
+        with _lock:
+            _secrets.add(value)
+
+
+def redact(text: str) -> str:
+    """`text` without URL userinfo, bearer / basic credentials or registered secret values."""
+    if not text:
+        return text
+    with _lock:
+        secrets = sorted(_secrets, key=len, reverse=True)
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    text = _KEY_VALUE.sub(lambda m: f"{m.group('key')}{MASK}", text)
+    text = _AUTH_SCHEME.sub(lambda m: f"{m.group('scheme')}{m.group('sep')}{MASK}", text)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites a record's message (arguments merged) with `redact` before any handler."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string is the logging module's problem, not ours
+            return True
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        return True
+
+
+def redacting_logger(name: str) -> logging.Logger:
+    """A logger of this package whose records are redacted (the filter is added once)."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+        logger.addFilter(RedactingFilter())
+    return logger
