@@ -20,8 +20,8 @@ def apply_file_privacy(settings: Settings) -> None:
         return
     os.umask(PRIVATE_UMASK)
     data = settings.data_path
-    data.mkdir(parents=True, exist_ok=True, mode=0o700)
     # A data folder made earlier (or by another tool) with 755 is closed too: with the folder
-    # 0700, files inside it that predate this setting are out of other users' reach.
-    if data.stat().st_mode & 0o077:
+    # 0700, files inside it that predate this setting are out of other users' reach. A folder
+    # that does not exist yet is made 0700 by the umask when something is written.
+    if data.is_dir() and data.stat().st_mode & 0o077:
         os.chmod(data, 0o700)
