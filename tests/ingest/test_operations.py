@@ -176,7 +176,11 @@ def test_ctrl_c_stops_with_one_line_and_a_canceled_run(
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err and "DagsterExecutionInterruptedError" not in err
-    (line,) = [x for x in err.splitlines() if x.strip()]
+    # The interruption is one line, the last; lines before it are the run's own notices
+    # (e.g. which Clef backend `auto` chose), not the interruption's.
+    lines = [x for x in err.splitlines() if x.strip()]
+    line = lines[-1]
+    assert [x for x in lines if "interrupt" in x.lower()] == [line]
     assert line.startswith("interrupted: run ") and line.endswith("marked canceled")
     with dg.DagsterInstance.get() as instance:
         (run,) = instance.get_runs()
