@@ -8,7 +8,7 @@ from clef_pipelines.chunking.fixed import fixed_drafts
 from clef_pipelines.chunking.models import Chunk, make_embed_text, section_path_of
 from clef_pipelines.chunking.structural import structural_drafts
 from clef_pipelines.chunking.tokens import TokenCounter, get_token_counter
-from clef_pipelines.chunking.units import chunk_span, join_units
+from clef_pipelines.chunking.units import Unit, chunk_span, join_units
 from clef_pipelines.config import ChunkingConfig
 from clef_pipelines.parsing.models import Block
 
@@ -34,22 +34,36 @@ def chunk_blocks(
         drafts = structural_drafts(blocks, cfg, counter)
     chunks: list[Chunk] = []
     for units, tokens in drafts:
-        text = join_units(blocks, units)
-        if not text.strip():
-            continue
-        section = section_path_of(blocks[units[0].block].heading_path)
-        start, end = chunk_span(blocks, units)
-        chunks.append(
-            Chunk(
-                doc_id=doc_id,
-                chunk_index=len(chunks),
-                text=text,
-                embed_text=make_embed_text(title, section, text),
-                section_path=section,
-                char_start=start,
-                char_end=end,
-                tokens=tokens,
-                chunker=cfg.strategy,
-            )
-        )
+        chunk = chunk_of_units(blocks, units, doc_id, title, len(chunks), tokens, cfg.strategy)
+        if chunk is not None:
+            chunks.append(chunk)
     return chunks
+
+
+def chunk_of_units(
+    blocks: Sequence[Block],
+    units: Sequence[Unit],
+    doc_id: str,
+    title: str,
+    index: int,
+    tokens: int,
+    chunker: str,
+) -> Chunk | None:
+    """The chunk a run of units makes (None when it holds no text): the one place every
+    strategy turns its cuts into text, embed text, section path and offsets."""
+    text = join_units(blocks, units)
+    if not text.strip():
+        return None
+    section = section_path_of(blocks[units[0].block].heading_path)
+    start, end = chunk_span(blocks, units)
+    return Chunk(
+        doc_id=doc_id,
+        chunk_index=index,
+        text=text,
+        embed_text=make_embed_text(title, section, text),
+        section_path=section,
+        char_start=start,
+        char_end=end,
+        tokens=tokens,
+        chunker=chunker,
+    )

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from clef_pipelines.chunking import chunk_blocks
-from clef_pipelines.chunking.models import Chunk, make_embed_text, section_path_of
+from clef_pipelines.chunking.chunker import chunk_of_units
+from clef_pipelines.chunking.models import Chunk
 from clef_pipelines.chunking.structural import _sections, _units
 from clef_pipelines.chunking.tokens import TokenCounter, get_token_counter
-from clef_pipelines.chunking.units import Unit, chunk_span, join_units, sentence_units
+from clef_pipelines.chunking.units import Unit, sentence_units
 from clef_pipelines.config import ChunkingConfig
 from clef_pipelines.parsing.models import Block
 from clef_pipelines.steering.packing import Ask, Subject
@@ -173,24 +174,10 @@ class ClefChunker:
             for end in place_cuts([u.tokens for u in units], costs, self.cfg):
                 part = units[start:end]
                 start = end
-                text = join_units(blocks, part)
-                if not text.strip():
-                    continue
-                section = section_path_of(blocks[part[0].block].heading_path)
-                s, e = chunk_span(blocks, part)
-                chunks.append(
-                    Chunk(
-                        doc_id=doc_id,
-                        chunk_index=len(chunks),
-                        text=text,
-                        embed_text=make_embed_text(title, section, text),
-                        section_path=section,
-                        char_start=s,
-                        char_end=e,
-                        tokens=sum(u.tokens for u in part),
-                        chunker="clef",
-                    )
-                )
+                tokens = sum(u.tokens for u in part)
+                chunk = chunk_of_units(blocks, part, doc_id, title, len(chunks), tokens, "clef")
+                if chunk is not None:
+                    chunks.append(chunk)
         return chunks
 
     def _why_not(self, blocks: Sequence[Block]) -> str | None:
