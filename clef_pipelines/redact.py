@@ -38,6 +38,22 @@ def register_secret(value: str | None) -> None:
             _secrets.add(value)
 
 
+def register_url_secrets(url: str | None) -> None:
+    """Mask the password of a URL's userinfo (`scheme://user:PASSWORD@host`) from now on: a
+    server may echo it bare, where the URL pattern alone would not catch it."""
+    if not url or "@" not in url:
+        return
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        password = urlsplit(url).password
+    except ValueError:  # a malformed URL fails where it is used, with its own error
+        return
+    if password:
+        register_secret(password)
+        register_secret(unquote(password))
+
+
 def redact(text: str) -> str:
     """`text` without URL userinfo, bearer / basic credentials or registered secret values."""
     if not text:

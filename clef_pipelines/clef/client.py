@@ -47,7 +47,7 @@ from clef_pipelines.clef.wire import (
 from clef_pipelines.clef.wire import (
     Usage as WireUsage,
 )
-from clef_pipelines.redact import redacting_logger, register_secret
+from clef_pipelines.redact import redacting_logger, register_secret, register_url_secrets
 
 log = redacting_logger("clef_pipelines.clef")
 _SAID: set[str] = set()
@@ -107,6 +107,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
         from clef_pipelines.clef.backends.self_hosted import SelfHostedBackend
 
         base = config.base_url or env.get("CLEF_BASE_URL")
+        register_url_secrets(base)
         if not base:
             raise ClefNotConfigured(
                 "clef.backend 'self-hosted' needs clef.base_url or CLEF_BASE_URL"

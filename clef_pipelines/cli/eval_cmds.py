@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
+from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
 from clef_pipelines.cli.main import app
 from clef_pipelines.config import ConfigError, Settings, apply_overrides
 from clef_pipelines.evals.config import EvalDatasetConfig
@@ -83,28 +83,28 @@ def eval_command(
 
 def _print(document: dict[str, Any]) -> None:
     console.print(
-        f"[bold]{document['dataset']}[/] ({document['kind']}, split {document['split']}): "
-        f"{document['queries']} queries, {document.get('documents', '?')} documents; "
-        f"Clef: {document['clef_label']}"
+        f"[bold]{lit(document['dataset'])}[/] ({lit(document['kind'])}, "
+        f"split {lit(document['split'])}): {document['queries']} queries, "
+        f"{lit(document.get('documents', '?'))} documents; Clef: {lit(document['clef_label'])}"
     )
     systems = document.get("systems") or {}
     metrics: list[str] = []
     for values in systems.values():
         metrics += [m for m in values if m not in metrics]
     # Metrics down, systems across: stays readable with many metrics.
-    table = Table("metric", *systems)
+    table = Table("metric", *(lit(s) for s in systems))
     for metric in metrics:
         table.add_row(
-            metric, *(f"{v[metric]:.4g}" if metric in v else "–" for v in systems.values())
+            lit(metric), *(f"{v[metric]:.4g}" if metric in v else "–" for v in systems.values())
         )
     console.print(table)
     for system, reason in (document.get("unavailable") or {}).items():
-        console.print(f"{system}: not available: {reason}")
+        console.print(f"{lit(system)}: not available: {lit(reason)}")
     for row in (document.get("injections") or {}).get("detectors", []):
         if row.get("available"):
             console.print(
-                f"{row['name']}: recall {row['recall']:.3f}, "
+                f"{lit(row['name'])}: recall {row['recall']:.3f}, "
                 f"false quarantine {row['false_quarantine']:.3f} on {row['texts']} texts"
             )
         else:
-            console.print(f"{row['name']}: not available: {row['reason']}")
+            console.print(f"{lit(row['name'])}: not available: {lit(row['reason'])}")

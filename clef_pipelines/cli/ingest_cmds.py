@@ -318,6 +318,7 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
             ("  unchanged (skipped)", docs.get("documents_unchanged")),
             ("  removed", docs.get("documents_removed")),
             ("  failed", _failed_count(r)),
+            ("paragraphs quarantined / dropped", _screen_counts(r)),
             ("chunks", chunks.get("chunks")),
             ("tokens", chunks.get("tokens")),
             ("embedded / reused", f"{emb.get('embedded', 0)} / {emb.get('reused', 0)}"),
@@ -341,8 +342,40 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
                     f"[red]failed[/] ({asset}) {lit(row['doc_id'])}: {lit(row['reason'])}: {lit(row['error'])}",
                     markup=True,
                 )
+        for line in _clef_failures(r):
+            console.print(f"[yellow]warning:[/] {lit(line)}")
         if r.error:
             console.print(f"[red]error:[/] {lit(r.error)}")
+
+
+def _screen_counts(report: Any) -> str | None:
+    """Quarantined and dropped blocks of this run (screen + enrichment), when they ran."""
+    screen = report.assets.get("screened_paragraphs")
+    enrich = report.assets.get("enrichments") or {}
+    if screen is None:
+        return None
+    actions = screen.get("actions") or {}
+    quarantined = int(actions.get("quarantine", 0)) + int(enrich.get("quarantined") or 0)
+    dropped = int(actions.get("drop", 0)) + int(enrich.get("dropped") or 0)
+    return f"{quarantined} / {dropped}"
+
+
+def _clef_failures(report: Any) -> list[str]:
+    """Clef requests that failed after their retries: the kept rows wait for the next run."""
+    lines = []
+    for asset, flag in (
+        ("screened_paragraphs", "needs_rescreen"),
+        ("enrichments", "needs_reenrich"),
+    ):
+        meta = report.assets.get(asset) or {}
+        pending = int(meta.get(flag) or 0)
+        if pending:
+            reasons = "; ".join(str(f) for f in (meta.get("failed_requests") or [])[:3])
+            lines.append(
+                f"{pending} rows kept with {flag} (Clef failed after retries: {reasons}); "
+                "the next run asks again for exactly these"
+            )
+    return lines
 
 
 @app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 
+from clef_pipelines.redact import register_secret, register_url_secrets
 from clef_pipelines.stores.base import StoreError, VectorStore
 from clef_pipelines.stores.config import StoreConfig
 
@@ -55,10 +56,12 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
                 "store.kind 'qdrant' needs qdrant-client: pip install 'clef-pipelines[qdrant]'"
             ) from exc
         q = config.qdrant
+        register_url_secrets(q.url)
         if q.url:
             api_key = None
             if q.api_key_env:
                 api_key = os.environ.get(q.api_key_env)
+                register_secret(api_key)
                 if not api_key:
                     raise StoreError(
                         f"store.qdrant.api_key_env names {q.api_key_env!r}, which is not set"
@@ -76,6 +79,7 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
     if kind == "pgvector":
         p = config.pgvector
         dsn = os.environ.get(p.dsn_env)
+        register_url_secrets(dsn)  # psycopg errors may echo parts of the connection string
         if not dsn:
             raise StoreError(
                 f"store.kind 'pgvector' reads its connection string from the env variable "
