@@ -1,5 +1,10 @@
 """Candidates: the top-k chunks of every query, recalled once and recorded with every score.
 
+Recall is by vector and, where the collection has full-text search, by text too: the rows are
+the union of both top-k lists, with `vector_score` null on rows only text recall found (and
+`rank` after every vector rank) and `text_score` null on rows only vector recall found;
+`hybrid_score` is the reciprocal rank fusion of the two (`retrieval.fusion`).
+
 Every system is then scored on the same candidates, so a comparison between systems measures
 the systems, not two different recalls. Scorers that add columns (Clef relevance, the gate, the
 offline guard) plug in through `CANDIDATE_SCORERS`; a scorer that cannot run says why, and its
@@ -18,14 +23,19 @@ import polars as pl
 from clef_pipelines.embedding import Embedder
 from clef_pipelines.evals.datasets import EvalQuery
 from clef_pipelines.ingest.sync import check_manifest
+from clef_pipelines.retrieval.config import FusionConfig
+from clef_pipelines.retrieval.fusion import fuse
 from clef_pipelines.stores import StoreError, VectorStore
+from clef_pipelines.stores.base import NoTextSearch
 
 CANDIDATE_SCHEMA: dict[str, Any] = {
     "query_id": pl.Utf8,
-    "rank": pl.Int64,  # 1-based vector rank
+    "rank": pl.Int64,  # 1-based vector rank; text-only rows follow, in text order
     "chunk_id": pl.Utf8,
     "doc_id": pl.Utf8,
     "vector_score": pl.Float64,
+    "text_score": pl.Float64,  # full-text relevance (null: not a text hit)
+    "hybrid_score": pl.Float64,  # fused vector + text rank
     "tokens": pl.Int64,
     "char_start": pl.Int64,
     "char_end": pl.Int64,
@@ -74,6 +84,7 @@ class RecallStats:
     search_seconds: float = 0.0
     scorers: dict[str, str] = field(default_factory=dict)  # scorer -> "ok" or why not
     warnings: list[str] = field(default_factory=list)
+    text_recall: str = "ok"  # or why the collection has none
 
 
 def recall_candidates(
@@ -84,8 +95,10 @@ def recall_candidates(
     collection: str,
     top_k: int,
     batch_size: int = 64,
+    fusion: FusionConfig | None = None,
 ) -> tuple[pl.DataFrame, RecallStats]:
-    """Vector top-k chunks for every query (quarantined records are left out, as in `query`)."""
+    """Vector and full-text top-k chunks for every query (quarantined records are left out, as
+    in `query`)."""
     if not store.has_collection(collection):
         known = ", ".join(store.list_collections()) or "none"
         raise StoreError(
@@ -103,14 +116,31 @@ def recall_candidates(
         for query, vector in zip(batch, vectors, strict=True):
             began = time.perf_counter()
             hits = store.query(collection, vector.tolist(), top_k=top_k)
+            text_hits = []
+            if stats.text_recall == "ok":
+                try:
+                    text_hits = store.text_query(collection, query.text, top_k=top_k)
+                except NoTextSearch as exc:
+                    stats.text_recall = str(exc)
             stats.search_seconds += time.perf_counter() - began
-            for rank, hit in enumerate(hits, start=1):
+            text_score = {h.id: h.raw_score for h in text_hits}
+            fused = (
+                {h.id: h.score for h in fuse(hits, text_hits, fusion or FusionConfig())}
+                if stats.text_recall == "ok"
+                else {}
+            )
+            seen = {h.id for h in hits}
+            vector_score = {h.id: float(h.score) for h in hits}
+            ordered = [*hits, *(h for h in text_hits if h.id not in seen)]
+            for rank, hit in enumerate(ordered, start=1):
                 r = hit.record
                 rows["query_id"].append(query.id)
                 rows["rank"].append(rank)
                 rows["chunk_id"].append(hit.id)
                 rows["doc_id"].append(str(r.get("doc_id") or ""))
-                rows["vector_score"].append(float(hit.score))
+                rows["vector_score"].append(vector_score.get(hit.id))
+                rows["text_score"].append(text_score.get(hit.id))
+                rows["hybrid_score"].append(fused.get(hit.id))
                 rows["tokens"].append(int(r.get("tokens") or 0))
                 rows["char_start"].append(int(r.get("char_start") or 0))
                 rows["char_end"].append(int(r.get("char_end") or 0))

@@ -124,6 +124,7 @@ def collect_candidates(
         collection=eval_collection(settings, cfg),
         top_k=settings.evals.top_k,
         batch_size=settings.embedder.batch_size,
+        fusion=settings.retrieval.fusion,
     )
     context = ScorerContext(queries, settings, cfg.kind)
     return apply_scorers(frame, context, stats), stats

@@ -20,6 +20,8 @@ from clef_pipelines.retrieval.config import RetrievalConfig
 #: Who fills a candidate column; the reason a system that needs the column cannot run.
 COLUMN_PROVIDERS: dict[str, str] = {
     "vector_score": "vector recall",
+    "text_score": "a collection with full-text search (ingest it again with this version)",
+    "hybrid_score": "a collection with full-text search (ingest it again with this version)",
     "clef_is_relevant": "a Clef backend (clef.backend)",
     "clef_evidence": "a Clef backend (clef.backend)",
     "clef_gate": "a Clef backend (clef.backend)",
@@ -111,5 +113,33 @@ register_system(
         description="Vector top-k: chunks in similarity order; the first context_k go to the prompt.",
         requires=("vector_score",),
         run=_vector,
+    )
+)
+
+
+def _text(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
+    ranking = sent_top(candidates, "text_score", ctx.config.context_k)
+    return SystemRun(ranking, note=f"full-text top {ctx.config.context_k} chunks sent")
+
+
+def _hybrid(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
+    ranking = sent_top(candidates, "hybrid_score", ctx.config.context_k)
+    return SystemRun(ranking, note=f"fused (RRF) top {ctx.config.context_k} chunks sent")
+
+
+register_system(
+    System(
+        name="text",
+        description="Full-text top-k (the store's BM25 / ts_rank): chunks in text relevance order.",
+        requires=("text_score",),
+        run=_text,
+    )
+)
+register_system(
+    System(
+        name="hybrid",
+        description="Vector and full-text lists fused by reciprocal rank (retrieval.fusion).",
+        requires=("hybrid_score",),
+        run=_hybrid,
     )
 )
