@@ -1,9 +1,12 @@
 """Candidates: the top-k chunks of every query, recalled once and recorded with every score.
 
-Recall is by vector and, where the collection has full-text search, by text too: the rows are
-the union of both top-k lists, with `vector_score` null on rows only text recall found (and
-`rank` after every vector rank) and `text_score` null on rows only vector recall found;
-`hybrid_score` is the reciprocal rank fusion of the two (`retrieval.fusion`).
+Recall is by vector and, where the collection has full-text search, by text too, as the query
+path recalls in each `retrieval.mode`: the rows are the union of the vector, the full-text and
+the fused top-k lists. Each score column is set only on the rows of its own top-k (`vector_score`
+null on rows only text or fusion found, and so on), so each system ranks exactly what that
+recall mode returns; `rank` is the vector rank, and rows vector recall did not return follow
+every vector rank. `hybrid_score` fuses the two lists as `retrieval.fusion` says, each list
+`max(top_k, fusion.candidates)` deep, exactly as hybrid recall does.
 
 Every system is then scored on the same candidates, so a comparison between systems measures
 the systems, not two different recalls. Scorers that add columns (Clef relevance, the gate, the
@@ -23,7 +26,7 @@ import polars as pl
 from clef_pipelines.embedding import Embedder
 from clef_pipelines.evals.datasets import EvalQuery
 from clef_pipelines.ingest.sync import check_manifest
-from clef_pipelines.retrieval.config import FusionConfig
+from clef_pipelines.retrieval.config import FusionConfig, RecallMode
 from clef_pipelines.retrieval.fusion import fuse
 from clef_pipelines.stores import StoreError, VectorStore
 from clef_pipelines.stores.base import NoTextSearch
@@ -107,6 +110,7 @@ def recall_candidates(
         )
     check_manifest(store.get_manifest(collection), collection, embedder)
     stats = RecallStats(queries=len(queries))
+    fusion = fusion or FusionConfig()
     rows: dict[str, list[Any]] = {k: [] for k in CANDIDATE_SCHEMA}
     for start in range(0, len(queries), batch_size):
         batch = queries[start : start + batch_size]
@@ -115,23 +119,24 @@ def recall_candidates(
         stats.embed_seconds += time.perf_counter() - began
         for query, vector in zip(batch, vectors, strict=True):
             began = time.perf_counter()
-            hits = store.query(collection, vector.tolist(), top_k=top_k)
-            text_hits = []
+            # Hybrid recall fuses lists `fusion.candidates` deep; vector and text keep top_k.
+            depth = max(top_k, fusion.candidates) if stats.text_recall == "ok" else top_k
+            deep = store.query(collection, vector.tolist(), top_k=depth)
+            text_deep = []
             if stats.text_recall == "ok":
                 try:
-                    text_hits = store.text_query(collection, query.text, top_k=top_k)
+                    text_deep = store.text_query(collection, query.text, top_k=depth)
                 except NoTextSearch as exc:
                     stats.text_recall = str(exc)
             stats.search_seconds += time.perf_counter() - began
-            text_score = {h.id: h.raw_score for h in text_hits}
-            fused = (
-                {h.id: h.score for h in fuse(hits, text_hits, fusion or FusionConfig())}
-                if stats.text_recall == "ok"
-                else {}
-            )
-            seen = {h.id for h in hits}
+            hits, text_hits = deep[:top_k], text_deep[:top_k]
+            fused_hits = fuse(deep, text_deep, fusion)[:top_k] if stats.text_recall == "ok" else []
             vector_score = {h.id: float(h.score) for h in hits}
-            ordered = [*hits, *(h for h in text_hits if h.id not in seen)]
+            text_score = {h.id: h.raw_score for h in text_hits}
+            fused = {h.id: h.score for h in fused_hits}
+            ordered = list({h.id: h for h in [*fused_hits, *text_hits, *hits]}.values())
+            seen = set(vector_score)
+            ordered = [*hits, *(h for h in ordered if h.id not in seen)]
             for rank, hit in enumerate(ordered, start=1):
                 r = hit.record
                 rows["query_id"].append(query.id)
@@ -148,6 +153,34 @@ def recall_candidates(
     frame = pl.DataFrame(rows, schema=CANDIDATE_SCHEMA)
     stats.rows = frame.height
     return frame, stats
+
+
+#: The candidate column each recall mode ranks by.
+MODE_SCORE: dict[str, str] = {
+    "vector": "vector_score",
+    "text": "text_score",
+    "hybrid": "hybrid_score",
+}
+
+
+def recall_view(frame: pl.DataFrame, mode: RecallMode) -> pl.DataFrame:
+    """The candidates the query path recalls in `mode`: that list's rows in its order, with its
+    score as `vector_score` and its rank as `rank`, as the query path's candidates carry them (a
+    fused passage's score is its fused score). A mode whose list nobody recorded (no full-text
+    search) falls back to vector, as recall does."""
+    column = MODE_SCORE[mode]
+    if column not in frame.columns or frame[column].null_count() == frame.height:
+        column = "vector_score"
+    if column == "vector_score":
+        return frame.filter(pl.col("vector_score").is_not_null())
+    return (
+        frame.filter(pl.col(column).is_not_null())
+        .sort(["query_id", column, "rank"], descending=[False, True, False], maintain_order=True)
+        .with_columns(
+            (pl.int_range(pl.len()).over("query_id") + 1).cast(pl.Int64).alias("rank"),
+            pl.col(column).alias("vector_score"),
+        )
+    )
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 import polars as pl
 
 from clef_pipelines.clef.errors import ClefError
-from clef_pipelines.evals.candidates import ScorerContext, register_scorer
+from clef_pipelines.evals.candidates import ScorerContext, recall_view, register_scorer
 from clef_pipelines.steering.candidates import Candidate
 
 #: Candidate column -> the classify question it holds.
@@ -114,7 +114,10 @@ async def _score_all(
     from clef_pipelines.retrieval.steer import clef_price
 
     texts = dict(zip(queries["query_id"], queries["text"], strict=True))
-    parts = frame.partition_by("query_id", as_dict=True, maintain_order=True)
+    # Clef is asked about the passages the query path recalls in retrieval.mode.
+    parts = recall_view(frame, retrieval.mode).partition_by(
+        "query_id", as_dict=True, maintain_order=True
+    )
     limit = asyncio.Semaphore(max(1, client.config.max_concurrency))
     ccfg = retrieval.classify
     per_request = ccfg.passages_per_request if ccfg.packed else 1

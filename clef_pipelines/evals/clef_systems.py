@@ -12,9 +12,10 @@ from typing import Any
 
 import polars as pl
 
+from clef_pipelines.evals.candidates import recall_view
 from clef_pipelines.evals.clef_scores import candidates_of
 from clef_pipelines.evals.systems import System, SystemContext, SystemRun, register_system
-from clef_pipelines.retrieval.config import RetrievalConfig, SelectConfig
+from clef_pipelines.retrieval.config import RecallMode, RetrievalConfig, SelectConfig
 from clef_pipelines.steering.candidates import Candidate
 from clef_pipelines.steering.compact import drop_before_asking, fill_budget
 from clef_pipelines.steering.select import evidence_order, select
@@ -85,12 +86,15 @@ def _usage(candidates: pl.DataFrame, *, gate: bool) -> pl.DataFrame:
     )
 
 
-def _by_query(candidates: pl.DataFrame) -> list[tuple[str, list[Candidate], pl.DataFrame]]:
+def _by_query(
+    candidates: pl.DataFrame, mode: RecallMode
+) -> list[tuple[str, list[Candidate], pl.DataFrame]]:
+    """Per query, the candidates the query path recalls in `mode` (retrieval.mode)."""
     return [
         (key[0], candidates_of(part, scored=True), part)
-        for key, part in candidates.partition_by(
-            "query_id", as_dict=True, maintain_order=True
-        ).items()
+        for key, part in recall_view(candidates, mode)
+        .partition_by("query_id", as_dict=True, maintain_order=True)
+        .items()
     ]
 
 
@@ -99,13 +103,17 @@ def _scored(part: pl.DataFrame) -> bool:
 
 
 def _selection_run(
-    candidates: pl.DataFrame, cfg: SelectConfig, budget: int | None = None, dedupe: bool = False
+    candidates: pl.DataFrame,
+    cfg: SelectConfig,
+    budget: int | None = None,
+    dedupe: bool = False,
+    mode: RecallMode = "vector",
 ) -> tuple[list[dict[str, Any]], dict[str, list[Candidate]]]:
     """The select stage (and compaction at `budget`) per query; a query Clef could not score
     falls back to vector order, as the query path does."""
     rows: list[dict[str, Any]] = []
     shown: dict[str, list[Candidate]] = {}
-    for qid, cands, part in _by_query(candidates):
+    for qid, cands, part in _by_query(candidates, mode):
         if not _scored(part):
             order = sorted(cands, key=lambda c: c.rank)
             kept = order[: cfg.max_passages]
@@ -130,7 +138,7 @@ def _frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 def _rerank(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
     rows: list[dict[str, Any]] = []
     k = ctx.config.context_k
-    for qid, cands, _part in _by_query(candidates):
+    for qid, cands, _part in _by_query(candidates, _retrieval(ctx).mode):
         order = sorted(cands, key=evidence_order)
         rows += _rows(order, {c.id for c in order[:k]}, qid)
     return SystemRun(
@@ -142,7 +150,7 @@ def _rerank(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
 
 def _rank(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
     cfg = _retrieval(ctx).select.model_copy(update={"strategy": "rank"})
-    rows, _ = _selection_run(candidates, cfg)
+    rows, _ = _selection_run(candidates, cfg, mode=_retrieval(ctx).mode)
     return SystemRun(
         _frame(rows),
         usage=_usage(candidates, gate=False),
@@ -153,7 +161,7 @@ def _rank(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
 
 def _threshold(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
     cfg = _retrieval(ctx).select.model_copy(update={"strategy": "threshold"})
-    rows, _ = _selection_run(candidates, cfg)
+    rows, _ = _selection_run(candidates, cfg, mode=_retrieval(ctx).mode)
     return SystemRun(
         _frame(rows),
         usage=_usage(candidates, gate=False),
@@ -165,7 +173,9 @@ def _compact(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
     retrieval = _retrieval(ctx)
     budget = retrieval.compact.token_budget or ctx.config.compact_budget
     cfg = retrieval.select.model_copy(update={"strategy": "rank"})
-    rows, _ = _selection_run(candidates, cfg, budget=budget, dedupe=retrieval.compact.dedupe)
+    rows, _ = _selection_run(
+        candidates, cfg, budget=budget, dedupe=retrieval.compact.dedupe, mode=retrieval.mode
+    )
     return SystemRun(
         _frame(rows),
         usage=_usage(candidates, gate=False),
@@ -175,7 +185,7 @@ def _compact(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
 
 def _gated(candidates: pl.DataFrame, ctx: SystemContext, answer_min: float) -> SystemRun:
     cfg = _retrieval(ctx).select.model_copy(update={"strategy": "rank"})
-    rows, _ = _selection_run(candidates, cfg)
+    rows, _ = _selection_run(candidates, cfg, mode=_retrieval(ctx).mode)
     gate = candidates.group_by("query_id").agg(pl.col("clef_gate").first())
     abstained = {qid: p is not None and p < answer_min for qid, p in gate.iter_rows()}
     return SystemRun(_frame(rows), abstained=abstained, usage=_usage(candidates, gate=True))
