@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -249,6 +250,12 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=40.0)
     parser.add_argument("--skip-peer", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="Keep the corpus and our ingested collection here and reuse them on the next run "
+        "(same --docs); default: a fresh temporary folder.",
+    )
     args = parser.parse_args()
 
     load_before = os.getloadavg()[0]
@@ -262,6 +269,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
             root = Path(tmp)
+            if args.workdir is not None:
+                root = args.workdir.resolve() / f"docs-{args.docs}"
+                root.mkdir(parents=True, exist_ok=True)
             corpus = root / "corpus.jsonl"
             n_docs = write_corpus(DATA / "corpus.jsonl", corpus, args.docs)
             job = root / "job.json"
@@ -275,8 +285,14 @@ def main() -> None:
             me = [sys.executable, str(Path(__file__).resolve())]
 
             cfg = ours_config(root, corpus, fake.url, packed=True)
-            print(f"ours: ingesting {n_docs} documents ...", file=sys.stderr)
-            subprocess.run(me + ["--_ours-ingest", str(cfg)], env=env, check=True, timeout=3600)
+            done = root / "ours-ingested"
+            if not done.exists():
+                print(f"ours: ingesting {n_docs} documents ...", file=sys.stderr)
+                subprocess.run(
+                    me + ["--_ours-ingest", str(cfg)], env=env, check=True, timeout=3600
+                )
+                if args.workdir is not None:
+                    done.touch()
             for packed, name in (
                 (True, "ours (clef-pipelines)"),
                 (False, "ours, 1 passage a request"),
@@ -323,6 +339,7 @@ def run_peer(
 ) -> dict[str, Any]:
     model = peer_model_path(PEER_VENV)
     work = root / "peer"
+    shutil.rmtree(work, ignore_errors=True)  # the peer always ingests afresh
     work.mkdir()
     config = {
         "store": {"kind": "memory", "path": str(work / "memory-store.json")},

@@ -101,7 +101,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
             config.model, account_id=account, api_token=token, base_url=base, **http_kw
         )
         # The model's own tokenizer counts exactly when its release folder is at hand.
-        backend.counter = counter_for(config.release_dir)
+        backend.counter = counter_for(config.release_dir, config.token_counter)
         return backend
     if name == "self-hosted":
         from clef_pipelines.clef.backends.self_hosted import SelfHostedBackend
@@ -122,7 +122,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
                 )
         backend = SelfHostedBackend(config.model, base_url=base, api_key=key, **http_kw)
         backend.context_tokens = config.max_length
-        backend.counter = counter_for(config.release_dir)
+        backend.counter = counter_for(config.release_dir, config.token_counter)
         return backend
     if name == "local":
         from clef_pipelines.clef.backends.local import LocalBackend
@@ -433,9 +433,10 @@ class ClefClient:
     ) -> None:
         """A backend that read less than the state must not pass unnoticed (the hosted
         service once read only about the first 2,048 tokens, silently). With the exact
-        tokenizer the reported input cannot be below the state; with the estimate (which
-        counts 2 bytes a token) a report 4x below it means over 8 bytes a token on average,
-        which prose, code and JSON do not reach; only states over 4,096 are judged."""
+        tokenizer the reported input cannot be below the state; the estimate stays within
+        about 1.2x of the real count, so a report 4x below it means most of the state was not
+        read (a backend with another tokenizer is given that much room); only states over
+        4,096 are judged."""
         reported = resp.usage.input_tokens
         if reported <= 0 or not self.config.truncation_check:
             return  # a backend that does not report usage cannot be checked

@@ -71,6 +71,13 @@ class ClefConfig(StrictModel):
         description="Tokens per request (state + questions + prompt); None: the backend's "
         "(workers-ai 24,576, the smallest published; self-hosted, local and ray: max_length).",
     )
+    token_counter: Literal["auto", "estimate", "qwen"] = Field(
+        "auto",
+        description="How request tokens are counted for the budget: auto (the release "
+        "folder's tokenizer when release_dir has one, else estimate), estimate (calibrated "
+        "on the Qwen3.5 tokenizer, a little over it; no vocabulary to load) or qwen (the "
+        "Qwen3.5 tokenizer itself, exact; 1-3 s to load).",
+    )
     truncation_check: bool = Field(
         True,
         description="Fail an answer whose reported input tokens show the state was cut.",

@@ -189,7 +189,7 @@ def test_answer_checks() -> None:
 def test_estimate_counts_digits_one_each_and_is_never_zero_for_text() -> None:
     est = EstimateCounter()
     assert est.count("1234567890") == 10
-    assert est.count("abcd") == 2
+    assert est.count("abcd") == 1
     assert est.count("é") == 1
     assert est.count("") == 0
 

