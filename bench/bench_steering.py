@@ -6,8 +6,9 @@ and the chunk enrichment, and SciFact ingest wall time with the offline guard on
 Part 1 runs the core stages (parse, screen, chunk, enrich) over N real paragraphs (half SQuAD
 2.0 paragraphs, half SciFact abstracts, one document each) against the fake System One server
 answering every request after a fixed 40 ms. Input tokens are counted on the requests sent, as
-the release prompt counts them (the client's estimate counter: fixed prompt, state, question
-headers, instructions and options); the paragraphs' own tokens with the same counter.
+the release prompt lays them out (fixed prompt, state, question headers, instructions and
+options), twice: with the client's estimate and with the Qwen3.5 tokenizer (exact); the
+paragraphs' own tokens with the same counter each time.
 Part 2 ingests the first M SciFact abstracts through the Dagster job (MiniLM embedder,
 LanceDB, Clef off) twice in fresh folders, guard off then on, and reports wall times.
 Prints markdown tables.
@@ -49,17 +50,11 @@ def paragraphs(n: int) -> list[dict[str, str]]:
     return out
 
 
-def prompt_tokens(bodies: list[dict[str, Any]]) -> int:
-    """Input tokens of requests as the release prompt counts them (the client's estimate:
-    fixed prompt, state, each question's header, instructions and options)."""
-    from clef_pipelines.clef.tokens import (
-        PROMPT_OVERHEAD_TOKENS,
-        EstimateCounter,
-        question_tokens,
-        state_tokens,
-    )
+def prompt_tokens(bodies: list[dict[str, Any]], counter: Any) -> int:
+    """Input tokens of requests as the release prompt counts them (fixed prompt, state, each
+    question's header, instructions and options) with `counter`."""
+    from clef_pipelines.clef.tokens import PROMPT_OVERHEAD_TOKENS, question_tokens, state_tokens
 
-    counter = EstimateCounter()
     total = 0
     for body in bodies:
         total += PROMPT_OVERHEAD_TOKENS + state_tokens(counter, body["state"])
@@ -70,7 +65,7 @@ def prompt_tokens(bodies: list[dict[str, Any]]) -> int:
 
 def bench_requests(n: int, context_tokens: int) -> list[str]:
     from clef_pipelines.clef.client import SyncClefClient
-    from clef_pipelines.clef.tokens import EstimateCounter
+    from clef_pipelines.clef.tokens import EstimateCounter, QwenCounter
     from clef_pipelines.config import settings_from_dict
     from clef_pipelines.ingest import stages
     from clef_pipelines.ingest.documents import plan_inventory
@@ -105,7 +100,8 @@ def bench_requests(n: int, context_tokens: int) -> list[str]:
         paragraph_texts = [
             t for t, k in zip(blocks["text"], blocks["kind"], strict=True) if k == "paragraph"
         ]
-        own_tokens = sum(EstimateCounter().count(t) for t in paragraph_texts)
+        counters = {"estimate": EstimateCounter(), "qwen": QwenCounter()}
+        own = {k: sum(c.count(t) for t in paragraph_texts) for k, c in counters.items()}
         clef = SyncClefClient(settings.clef, data_dir=settings.data_path)
         steering = stages.open_steering(settings, clef)
         try:
@@ -122,17 +118,22 @@ def bench_requests(n: int, context_tokens: int) -> list[str]:
             steering.close()
             clef.close()
             fake.stop()
-    screen_tokens, enrich_tokens = prompt_tokens(screen_bodies), prompt_tokens(enrich_bodies)
     most = max(len(b["questions"]) for b in fake.requests)
     per = 1000 / max(1, len(paragraph_texts))
     total_req = screen.requests + enrich.requests
-    total_tok = screen_tokens + enrich_tokens
+    ratios = []
+    for name, counter in counters.items():
+        screen_tokens = prompt_tokens(screen_bodies, counter)
+        enrich_tokens = prompt_tokens(enrich_bodies, counter)
+        total_tok = screen_tokens + enrich_tokens
+        ratios.append(
+            f"{screen_tokens / own[name]:.2f}x + {enrich_tokens / own[name]:.2f}x = "
+            f"**{total_tok / own[name]:.2f}x**"
+        )
     rows.append(
         f"| {len(paragraph_texts)} paragraphs, {chunks.height} chunks | {context_tokens:,} | "
         f"{screen.requests * per:.0f} | {enrich.requests * per:.0f} | {total_req * per:.0f} | "
-        f"{most} | {screen_tokens / own_tokens:.2f}x | "
-        f"{enrich_tokens / own_tokens:.2f}x | {total_tok / own_tokens:.2f}x | "
-        f"{t_screen:.1f} s + {t_enrich:.1f} s |"
+        f"{most} | {ratios[0]} | {ratios[1]} | {t_screen:.1f} s + {t_enrich:.1f} s |"
     )
     return rows
 
@@ -207,10 +208,10 @@ def main() -> None:
 
     print(
         "| paragraphs | token budget | screen requests / 1k | enrich requests / 1k | total / 1k | "
-        "most questions in a request | screen tokens / own | enrich tokens / own | "
-        "total tokens / own | wall (screen + enrich) |"
+        "most questions in a request | tokens / own, screen + enrich (client estimate) | "
+        "tokens / own, screen + enrich (Qwen3.5 tokenizer, exact) | wall (screen + enrich) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for budget in args.context_tokens:
         for row in bench_requests(args.paragraphs, budget):
             print(row, flush=True)

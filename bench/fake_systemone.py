@@ -77,7 +77,8 @@ def main() -> None:
         tokens = PROMPT_TOKENS + count(render(body.get("state")))
         for q in questions.values():
             tokens += count(render(q.get("instructions"))) + count(render(q.get("criteria") or ""))
-        records.append({"questions": len(questions), "input_tokens": tokens})
+        kind = "gate" if "answerable" in questions else "other"
+        records.append({"questions": len(questions), "input_tokens": tokens, "kind": kind})
         await asyncio.sleep(args.latency_ms / 1000)
         return JSONResponse(
             {

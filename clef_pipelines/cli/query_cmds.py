@@ -176,11 +176,14 @@ def query(
     settings = load_cli_settings(config)
     collection = collection_arg(collection)
     cfg = _overrides(settings, top_k, budget, max_passages, mode)
+    from clef_pipelines.retrieval.fast_start import quick_store_import
     from clef_pipelines.retrieval.retriever import Retriever
 
     results = []
     try:
-        with Retriever(settings, collection=collection, config=cfg) as retriever:
+        with quick_store_import():  # no pandas; LanceDB's unused models built lazily
+            retriever = Retriever(settings, collection=collection, config=cfg)
+        with retriever:
             for text in texts:
                 results.append(retriever.retrieve(text, where=flt))
     except _errors() as exc:
@@ -210,10 +213,13 @@ def ask(
     settings = load_cli_settings(config)
     collection = collection_arg(collection)
     cfg = _overrides(settings, top_k, budget, None, mode)
+    from clef_pipelines.retrieval.fast_start import quick_store_import
     from clef_pipelines.retrieval.retriever import Retriever
 
     try:
-        with Retriever(settings, collection=collection, config=cfg) as retriever:
+        with quick_store_import():  # no pandas; LanceDB's unused models built lazily
+            retriever = Retriever(settings, collection=collection, config=cfg)
+        with retriever:
             reply = retriever.answer(text, where=flt)
     except _errors() as exc:
         fail(str(exc))

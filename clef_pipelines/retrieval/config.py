@@ -63,6 +63,11 @@ class ClassifyConfig(StrictModel):
         "state_key",
         description="Each question names its passage by a state key, or carries it inline.",
     )
+    shared_wording: bool = Field(
+        True,
+        description="state_key layout, several passages a request: each question's wording "
+        "is sent once in the state and the questions refer to it by name (fewer tokens).",
+    )
     instructs_ai: Literal["auto", "always", "never"] = Field(
         "auto",
         description="auto: ask only when the collection's manifest does not show it was "

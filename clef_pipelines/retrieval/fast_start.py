@@ -1,4 +1,5 @@
-"""A faster cold start for the query path: LanceDB without its REST namespace client.
+"""A faster cold start for the query path: LanceDB without its REST namespace client, and
+without pandas.
 
 `import lancedb` imports `lance_namespace`, which imports the generated REST client
 `lance_namespace_urllib3_client`; that package's `__init__` builds about 375 pydantic-validated
@@ -7,6 +8,18 @@ the largest single part of a cold `clef-pipelines query`. `defer_package` regist
 so that its submodules (the models LanceDB does use) import normally, and its own `__init__`
 runs only when someone first reads an attribute of the package itself (e.g. `ApiClient` for
 a REST namespace). Nothing changes for code that uses the REST client; it just pays later.
+
+`quick_store_import()`, around opening the store in the CLI's `query` and `ask`:
+
+- pandas looks uninstalled (`pandas_hidden()`): `import lancedb` imports `pyarrow.dataset`, whose module init asks pyarrow's
+pandas shim whether pandas is installed, which imports pandas (about 0.4 s of CPU, a tenth of
+a cold query) though a query never builds a DataFrame. Inside the block pandas looks
+uninstalled, so the shim records "no pandas"; afterwards pandas imports normally for anyone
+who needs it (pyarrow then will not convert to or from pandas in that process). The
+  `Retriever` API does not do this, since a library user may want pandas.
+- pydantic models defined meanwhile (LanceDB's namespace client defines about a hundred
+  request and response models it never uses on a local database) get `defer_build`: their
+  validation schema is built on first use instead of at import, about 10% of `import lancedb`.
 """
 
 from __future__ import annotations
@@ -14,6 +27,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 LANCE_REST_CLIENT = "lance_namespace_urllib3_client"
 
@@ -49,3 +64,44 @@ def defer_package(name: str) -> bool:
     module.__package__ = name
     sys.modules[name] = module
     return True
+
+
+class _Hidden:
+    """A meta path finder under which the named top-level packages look uninstalled."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+@contextmanager
+def pandas_hidden() -> Iterator[None]:
+    """pandas looks uninstalled inside the block, unless something imported it already."""
+    if "pandas" in sys.modules:
+        yield
+        return
+    finder = _Hidden("pandas")
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+@contextmanager
+def quick_store_import() -> Iterator[None]:
+    """Open the store inside this block on a cold query path: see the module docstring."""
+    from pydantic import BaseModel
+
+    config = BaseModel.model_config
+    had = "defer_build" in config
+    config.setdefault("defer_build", True)
+    try:
+        with pandas_hidden():
+            yield
+    finally:
+        if not had:
+            config.pop("defer_build", None)

@@ -89,6 +89,7 @@ async def steer(
                 ask_instructs_ai=ask_instructs_ai,
                 layout=ccfg.layout,
                 passages_per_request=ccfg.passages_per_request if ccfg.packed else 1,
+                shared_wording=ccfg.shared_wording,
             )
         except ClefError as exc:  # e.g. a passage too long for any request
             trace.error = f"{type(exc).__name__}: {exc}"

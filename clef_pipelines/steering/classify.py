@@ -59,6 +59,7 @@ async def classify(
     ask_instructs_ai: bool,
     layout: str = "state_key",
     passages_per_request: int | None = None,
+    shared_wording: bool = False,
 ) -> ClassifyOutcome:
     """Ask about every candidate without a `reason` yet; probabilities land in `.scores`."""
     started = time.perf_counter()
@@ -74,6 +75,7 @@ async def classify(
         context={"query": query},
         layout=layout,  # type: ignore[arg-type]
         max_subjects_per_request=passages_per_request,
+        shared_wording=shared_wording,
     )
     for c in todo:
         for name, answer in packed.answers.get(c.id, {}).items():

@@ -13,6 +13,10 @@ is never named by position:
   (``s1``, ``s2`` ...) holding the texts, next to any shared ``context`` (e.g. the query); each
   question refers to its subject by key in backticks. A text is sent once however many
   questions are asked about it.
+  With ``shared_wording=True`` a request about several subjects also sends each ask's wording
+  once, in the state under the ask's name, and each question reads ``About `s3`: `is_relevant```:
+  the wording is paid once per request instead of once per subject (a request about a single
+  subject keeps the wording in the question, which is cheaper there).
 - ``layout="inline"``: each question's instructions are a JSON object carrying the text itself
   (``{"passage": ..., "question": ...}``); the state holds only the context. Costs the text
   once per question; use it when a subject has a single question.
@@ -54,10 +58,15 @@ class Ask:
     instructions: str
     criteria: Mapping[str, Any] | Sequence[Any] | None = None
 
-    def question(self, subject_ref: str | None, text: str | None) -> dict[str, Any]:
-        """The wire question about one subject: by state key, or with the text inline."""
+    def question(
+        self, subject_ref: str | None, text: str | None, *, shared: bool = False
+    ) -> dict[str, Any]:
+        """The wire question about one subject: by state key, or with the text inline.
+        `shared`: the wording is in the state under the ask's name; refer to it."""
         if text is not None:
             instructions: Any = {"passage": text, "question": self.instructions}
+        elif shared:
+            instructions = f"About `{subject_ref}`: `{self.name}`"
         else:
             instructions = f"About `{subject_ref}`: {self.instructions}"
         q: dict[str, Any] = {"type": self.type, "instructions": instructions}
@@ -99,6 +108,10 @@ class _Group:
     questions: int = 0
     tokens: int = 0
 
+    def shares_wording(self, shared_wording: bool, layout: Layout) -> bool:
+        """Wording once in the state pays off only for a request about several subjects."""
+        return shared_wording and layout == "state_key" and len(self.subjects) > 1
+
 
 def _asks_for(subject: Subject, asks: Sequence[Ask]) -> list[Ask]:
     if subject.asks is None:
@@ -118,17 +131,22 @@ def plan_groups(
     context: Mapping[str, Any] | None = None,
     layout: Layout = "state_key",
     max_subjects_per_request: int | None = None,
+    shared_wording: bool = False,
 ) -> tuple[list[_Group], dict[str, str]]:
     """Group subjects into requests that fit; subjects that fit nowhere are returned apart."""
     counter = client.backend.counter
-    # A small margin: the client counts question headers by their place in the whole request.
-    room = (
-        client.context_tokens - PROMPT_OVERHEAD_TOKENS - state_tokens(counter, dict(context or {}))
-    )
-    budget = int(room * 0.97) - 8
     names = {a.name for a in asks}
     if len(names) != len(asks):
         raise ValueError("ask names must be unique")
+    shared = shared_wording and layout == "state_key"
+    fixed = dict(context or {})
+    if shared:
+        # Room for every ask's wording in the state; a request about one subject puts its
+        # wording in the questions instead, which never costs more than this.
+        fixed.update(_wording(asks))
+    # A small margin: the client counts question headers by their place in the whole request.
+    room = client.context_tokens - PROMPT_OVERHEAD_TOKENS - state_tokens(counter, fixed)
+    budget = int(room * 0.97) - 8
     groups: list[_Group] = [_Group()]
     too_large: dict[str, str] = {}
     seen: set[str] = set()
@@ -148,7 +166,9 @@ def plan_groups(
             cost = 0
             inline = subject.text
         for i, a in enumerate(mine, start=1):
-            cost += question_tokens(counter, f"{ref}.{a.name}", a.question(ref, inline), i)
+            cost += question_tokens(
+                counter, f"{ref}.{a.name}", a.question(ref, inline, shared=shared), i
+            )
         if len(mine) > MAX_QUESTIONS or cost > budget:
             too_large[subject.key] = (
                 f"{len(mine)} questions and {cost} tokens do not fit one request "
@@ -173,18 +193,27 @@ def plan_groups(
     return [g for g in groups if g.subjects], too_large
 
 
+def _wording(asks: Sequence[Ask]) -> dict[str, str]:
+    return {a.name: a.instructions for a in asks}
+
+
 def _request(
-    group: _Group, context: Mapping[str, Any] | None, layout: Layout
+    group: _Group, context: Mapping[str, Any] | None, layout: Layout, shared_wording: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[str, str]]]:
     state: dict[str, Any] = dict(context or {})
     questions: dict[str, Any] = {}
     owners: dict[str, tuple[str, str]] = {}
+    shared = group.shares_wording(shared_wording, layout)
+    if shared:
+        used: dict[str, Ask] = {a.name: a for _, _, mine in group.subjects for a in mine}
+        state.update(_wording(list(used.values())))
     for ref, subject, mine in group.subjects:
         if layout == "state_key":
             state[ref] = subject.text
         for a in mine:
             qid = f"{ref}.{a.name}"
-            questions[qid] = a.question(ref, subject.text if layout == "inline" else None)
+            text = subject.text if layout == "inline" else None
+            questions[qid] = a.question(ref, text, shared=shared)
             owners[qid] = (subject.key, a.name)
     return state, questions, owners
 
@@ -198,6 +227,7 @@ async def ask_packed(
     layout: Layout = "state_key",
     max_subjects_per_request: int | None = None,
     use_cache: bool = True,
+    shared_wording: bool = False,
 ) -> PackedResult:
     """Ask every applicable ask about every subject, packed into as few requests as fit.
 
@@ -209,6 +239,8 @@ async def ask_packed(
         raise ValueError(f"layout must be 'state_key' or 'inline', not {layout!r}")
     if context and any(str(k).startswith(_KEY_PREFIX) and str(k)[1:].isdigit() for k in context):
         raise ValueError(f"context keys like '{_KEY_PREFIX}1' are reserved for subjects")
+    if shared_wording and context and set(context) & {a.name for a in asks}:
+        raise ValueError("with shared_wording, context keys must differ from the ask names")
     groups, too_large = plan_groups(
         client,
         subjects,
@@ -216,11 +248,12 @@ async def ask_packed(
         context=context,
         layout=layout,
         max_subjects_per_request=max_subjects_per_request,
+        shared_wording=shared_wording,
     )
     result = PackedResult(failed=dict(too_large))
 
     async def run(group: _Group) -> None:
-        state, questions, owners = _request(group, context, layout)
+        state, questions, owners = _request(group, context, layout, shared_wording)
         try:
             response = await client.ask(state, questions, use_cache=use_cache)
         except ClefError as exc:

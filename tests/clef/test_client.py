@@ -345,7 +345,7 @@ def test_oversize_state_is_refused_before_sending(fake: FakeServer, tmp_path: Pa
 def test_silent_truncation_is_caught(fake: FakeServer, tmp_path: Path) -> None:
     # The hosted service once read only ~2,048 tokens of a state without saying so: an
     # answer whose reported input is far below the state must fail, not pass as an answer.
-    state = "word " * 4000
+    state = "word " * 6000  # about 6,000 tokens
     answer = answer_for(
         parse_request({"model": "clef-flash", "state": state, "questions": Q}).wire()
     )
@@ -353,7 +353,7 @@ def test_silent_truncation_is_caught(fake: FakeServer, tmp_path: Path) -> None:
     fake.script(Reply(body=answer))
     with self_hosted(fake, tmp_path) as c, pytest.raises(ClefBadAnswer, match="truncation"):
         c.ask(state, Q)
-    fake.script(Reply(body=answer | {"usage": {"input_tokens": 4000 + 300}}))
+    fake.script(Reply(body=answer | {"usage": {"input_tokens": 6000 + 300}}))
     with self_hosted(fake, tmp_path) as c:
         c.ask(state, Q, use_cache=False)  # a plausible count passes
 

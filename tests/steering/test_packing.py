@@ -216,3 +216,37 @@ def test_bad_arguments_are_refused(fake: FakeServer, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="reserved"):
         run(go([Subject("a", "x")], ASKS, context={"s1": "clash"}))
     assert fake.requests == []
+
+
+def test_shared_wording_is_sent_once_per_request_and_answers_follow_their_subject(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    fake.answer_with(by_text)
+    subjects = make_subjects(40)
+    random.Random(3).shuffle(subjects)
+
+    async def go(shared: bool) -> Any:
+        async with client_for(fake, tmp_path) as c:
+            return await ask_packed(c, subjects, ASKS, shared_wording=shared)
+
+    plain = run(go(False))
+    sent_plain = list(fake.requests)
+    fake.requests.clear()
+    shared = run(go(True))
+    assert not shared.failed and shared.answers == plain.answers
+    counter = EstimateCounter()
+    for body in fake.requests:
+        # The wording once, under the ask's name; each question names its subject and ask.
+        assert {a.name: a.instructions for a in ASKS}.items() <= body["state"].items()
+        for qid, q in body["questions"].items():
+            ref, name = qid.split(".")
+            assert q["instructions"] == f"About `{ref}`: `{name}`"
+
+    def tokens(bodies: list[dict[str, Any]]) -> int:
+        return sum(
+            state_tokens(counter, b["state"])
+            + sum(question_tokens(counter, k, q) for k, q in b["questions"].items())
+            for b in bodies
+        )
+
+    assert tokens(fake.requests) < tokens(sent_plain)
