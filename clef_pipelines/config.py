@@ -19,6 +19,7 @@ from clef_pipelines.api.config import ApiConfig
 from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.embedding.executor import Executor, RayEmbedConfig
 from clef_pipelines.evals.config import EvalConfig
+from clef_pipelines.ingest.config import BatchingConfig
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.steering.config import SteeringConfig
 from clef_pipelines.stores.config import StoreConfig
@@ -175,6 +176,7 @@ class Settings(StrictModel):
     steering: SteeringConfig = SteeringConfig()
     refresh_cron: str = Field("0 3 * * *", description="Schedule that refreshes every source.")
     sync_batch_rows: int = Field(512, ge=1, description="Records per store upsert call.")
+    batching: BatchingConfig = BatchingConfig()
     ingest_lock_timeout_s: float = Field(
         3600.0, ge=0, description="How long an ingest waits for another into its collection."
     )

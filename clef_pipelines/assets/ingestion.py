@@ -1,7 +1,14 @@
 """The ingestion graph: one dynamic partition per source, Parquet between the steps.
 
 source_documents -> parsed_blocks -> screened_paragraphs -> chunks -> enrichments
--> embeddings -> store_sync. Each asset calls the plain-Python core and reports what it did.
+-> embeddings -> store_sync -> vector_indexes. Each asset calls the plain-Python core and
+reports what it did.
+
+A source is processed in stable batches (`ingest.batches`: a hash of the document id picks the
+batch): the inventory gives every document its batch, and each later step streams the run's
+work through one batch at a time, writing one Parquet file per batch, so a run's peak memory is
+set by `batching.batch_documents`, not by the size of the source. A refresh reads and writes
+only the batches that hold changed or removed documents.
 
 Every asset key carries the prefix `clef` so the location can sit beside others in one
 workspace. The steps after the inventory have optional outputs: when a source has nothing to
@@ -10,8 +17,12 @@ no-change run neither overwrites intermediates with empty frames nor materialise
 latest materialisations keep describing the data as it is.
 """
 
+import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
+from contextlib import ExitStack, nullcontext
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -20,21 +31,37 @@ from pydantic import Field
 from clef_pipelines.assets.metadata import failures_table, totals_metadata
 from clef_pipelines.embedding.executor import open_batch_runner
 from clef_pipelines.ingest import stages
+from clef_pipelines.ingest.batches import (
+    BATCH,
+    BatchWriter,
+    FrameBatches,
+    batch_column,
+    batch_count,
+    merge_reports,
+)
 from clef_pipelines.ingest.documents import (
     FAILED,
     REMOVED,
     TO_PROCESS,
     force_documents,
+    listing_frame,
     pipeline_fingerprint,
-    plan_inventory,
+    plan_inventory_frame,
     status_counts,
-    stored_documents,
+    stored_document_facts,
 )
 from clef_pipelines.ingest.locks import collection_lock
-from clef_pipelines.ingest.metadata import METADATA_RULE, stored_field_types
+from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
 from clef_pipelines.ingest.progress import report as progress_report
-from clef_pipelines.ingest.sync import check_manifest, embed_chunks, sync_source
+from clef_pipelines.ingest.sync import (
+    SyncReport,
+    check_manifest,
+    embed_chunks,
+    finish_sync,
+    sync_batch,
+)
 from clef_pipelines.ingest.totals import source_totals
+from clef_pipelines.records import CHUNK_SCHEMA
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.settings import PipelineSettings
@@ -57,6 +84,22 @@ def _metadata_value(value: object) -> int | float | str:
     if value is None:
         return "none (exact search)"
     return value if isinstance(value, int | float | str) else str(value)
+
+
+def _staging(settings, partition: str) -> Path:  # noqa: ANN001
+    return settings.data_path / "intermediates" / ".staging" / partition
+
+
+def _writer(context: dg.AssetExecutionContext, settings, name: str) -> BatchWriter:  # noqa: ANN001
+    """Where a batched step writes this run's output before the IO manager moves it in."""
+    return BatchWriter(_staging(settings, context.partition_key) / context.run_id / name)
+
+
+def _batch_metadata(batches: FrameBatches, inventory_batches: int | None = None) -> dict:
+    done = {"batches_written": len(batches.keys())}
+    if inventory_batches is not None:
+        done["batches"] = inventory_batches
+    return done
 
 
 def asset_key(name: str) -> dg.AssetKey:
@@ -97,6 +140,9 @@ def source_documents(
     started = time.perf_counter()
     settings = pipeline_settings.settings
     source = settings.source(context.partition_key)
+    # What a run killed in the middle of a step left half-written (one run per source at a
+    # time: the run queue and the collection lock see to that).
+    shutil.rmtree(_staging(settings, context.partition_key), ignore_errors=True)
     collection = settings.collection_of(source)
     store = vector_store.get()
     emb = embedder.get()
@@ -104,17 +150,30 @@ def source_documents(
         # Fail before any work when the collection was built with another embedder.
         check_manifest(store.get_manifest(collection), collection, emb)
     fingerprint = pipeline_fingerprint(settings, emb.name)
-    entries = stages.list_entries(settings, source, fingerprint)
-    inventory = plan_inventory(
-        source.name, entries, stored_documents(store, collection, source.name), force=config.force
+    # Column-wise, so the listing of a source of millions of documents stays small.
+    inventory = plan_inventory_frame(
+        source.name,
+        listing_frame(stages.iter_entries(settings, source, fingerprint)),
+        stored_document_facts(store, collection, source.name),
+        force=config.force,
     )
     inventory = force_documents(inventory, config.force_documents)
+    listed = inventory.filter(pl.col("status") != REMOVED).height
+    batches = batch_count(listed, settings.batching.batch_documents)
+    inventory = inventory.with_columns(batch_column(inventory["doc_id"], batches))
+    changed_batches = inventory.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED]))[
+        BATCH
+    ].n_unique()
     counts = status_counts(inventory)
     return dg.Output(
         inventory,
         metadata={
             "collection": collection,
-            "documents": inventory.filter(pl.col("status") != "removed").height,
+            "documents": listed,
+            # Stable batches (a hash of the document id): how many, and how many this run
+            # reads and writes (those holding a new, changed or removed document).
+            "batches": batches,
+            "batches_to_process": changed_batches,
             **{f"documents_{k}": v for k, v in counts.items()},
             "failed_documents": failures_table(inventory.filter(pl.col("status") == FAILED)),
             # What the store holds for the source as the run starts (the state, beside the
@@ -140,7 +199,7 @@ def parsed_blocks(
     pipeline_settings: PipelineSettings,
     embedder: EmbedderResource,
     source_documents: pl.DataFrame,
-) -> Iterator[dg.Output[pl.DataFrame]]:
+) -> Iterator[dg.Output[FrameBatches]]:
     started = time.perf_counter()
     if not source_documents.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED])).height:
         # Nothing to parse, store or delete: yield nothing, so every later step is skipped and
@@ -150,20 +209,25 @@ def parsed_blocks(
     settings = pipeline_settings.settings
     source = settings.source(context.partition_key)
     fingerprint = pipeline_fingerprint(settings, embedder.get().name)
-    blocks, failures = stages.parse_source(settings, source, source_documents, fingerprint)
+    out = _writer(context, settings, "parsed_blocks")
+    stats, failures = stages.parse_source_batches(
+        settings, source, source_documents, fingerprint, out
+    )
     to_process = source_documents.filter(pl.col("status").is_in(TO_PROCESS)).height
+    blocks = out.finish()
     yield dg.Output(
         blocks,
         metadata={
-            "documents_parsed": blocks["doc_id"].n_unique() if blocks.height else 0,
+            "documents_parsed": stats.documents,
             "documents_skipped_unchanged": source_documents.filter(
                 pl.col("status") == "unchanged"
             ).height,
             "documents_to_process": to_process,
             "documents_failed": failures.height,
             "failed_documents": failures_table(failures),
-            "blocks": blocks.height,
-            "blocks_by_kind": dg.MetadataValue.json(stages.counts_by(blocks, "kind")),
+            "blocks": stats.blocks,
+            "blocks_by_kind": dg.MetadataValue.json(stats.blocks_by_kind),
+            **_batch_metadata(blocks),
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
@@ -196,22 +260,36 @@ def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
     ],
 )
 def screened_paragraphs(
+    context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
     clef: ClefResource,
-    parsed_blocks: pl.DataFrame,
-):  # MaterializeResult with the frame as value
+    parsed_blocks: FrameBatches,
+):  # MaterializeResult with the batches as value
     settings = pipeline_settings.settings
-    steering = stages.open_steering(settings, clef.client if parsed_blocks.height else None)
+    keys = parsed_blocks.keys()
+    steering = stages.open_steering(settings, clef.client if keys else None)
+    out = _writer(context, settings, "screened_paragraphs")
+    report = None
+    actions: Counter[str] = Counter()
+    judged: Counter[str] = Counter()
     try:
-        screened, report = stages.screen_paragraphs(parsed_blocks, steering)
+        for key in keys:
+            screened, part = stages.screen_paragraphs(parsed_blocks.read(key), steering)
+            report = merge_reports(report, part)
+            actions.update(screened["screen_action"].to_list())
+            judged.update(checks.judged_actions(screened))
+            out.write_batch(key, screened)
+        if report is None:
+            _, report = stages.screen_paragraphs(pl.DataFrame(schema=stages.BLOCK_SCHEMA), steering)
     finally:
         steering.close()
+    screened_batches = out.finish()
     return dg.MaterializeResult(
-        value=screened,
+        value=screened_batches,
         metadata={
-            "blocks": screened.height,
+            "blocks": sum(actions.values()),
             "screened": report.screened,
-            "actions": dg.MetadataValue.json(stages.counts_by(screened, "screen_action")),
+            "actions": dg.MetadataValue.json(dict(sorted(actions.items()))),
             "decisions": dg.MetadataValue.json(report.decisions),
             "screen": report.clef,
             "guard": report.guard,
@@ -221,12 +299,13 @@ def screened_paragraphs(
             "clef_requests": report.requests,
             "clef_input_tokens": report.input_tokens,
             "cached_answers": report.cached_answers,
+            **_batch_metadata(screened_batches),
             "seconds": report.seconds,
         },
         check_results=[
             _check(
                 "screen_rates_within_bounds",
-                checks.screen_rates(screened, settings.steering.checks),
+                checks.screen_rates_of(judged, settings.steering.checks),
             )
         ],
     )
@@ -249,28 +328,45 @@ def chunks(
     pipeline_settings: PipelineSettings,
     clef: ClefResource,
     vector_store: VectorStoreResource,
-    screened_paragraphs: pl.DataFrame,
-):  # MaterializeResult with the frame as value
+    screened_paragraphs: FrameBatches,
+):  # MaterializeResult with the batches as value
     started = time.perf_counter()
     settings = pipeline_settings.settings
-    chunker = None
-    extra: dict = {}
-    if settings.chunking.strategy == "clef" and screened_paragraphs.height:
-        steering = stages.open_steering(settings, clef.client)
-        try:
-            chunker = stages.clef_chunker(settings, screened_paragraphs, steering)
-        finally:
-            steering.close()
+    keys = screened_paragraphs.keys()
     collection = settings.collection_of(settings.source(context.partition_key))
-    frame, failures = stages.chunk_documents(
-        settings,
-        context.partition_key,
-        screened_paragraphs,
-        chunker,
-        field_types=stored_field_types(vector_store.get(), collection),
-    )
-    if chunker is not None:
-        r = chunker.report
+    types = FieldTypes(stored_field_types(vector_store.get(), collection))  # type: ignore[arg-type]
+    out = _writer(context, settings, "chunks")
+    clef_report = None
+    extra: dict = {}
+    failures: list[pl.DataFrame] = []
+    tokens: list[pl.Series] = []
+    size_facts: list[tuple[bool, dict]] = []
+    documents = records = quarantined = 0
+    with ExitStack() as stack:
+        steering = None
+        if settings.chunking.strategy == "clef" and keys:
+            steering = stages.open_steering(settings, clef.client)
+            stack.callback(steering.close)
+        for key in keys:
+            screened = screened_paragraphs.read(key)
+            chunker = None
+            if steering is not None and screened.height:
+                chunker = stages.clef_chunker(settings, screened, steering)
+            frame, failed = stages.chunk_documents(
+                settings, context.partition_key, screened, chunker, types=types
+            )
+            if chunker is not None:
+                clef_report = merge_reports(clef_report, chunker.report)
+            failures.append(failed)
+            size_facts.append(checks.chunk_sizes(frame, settings.chunking.max_tokens))
+            if frame.height:
+                documents += frame["doc_id"].n_unique()
+                records += frame.height
+                quarantined += int(frame["quarantined"].sum() or 0)
+                tokens.append(frame["tokens"])
+            out.write_batch(key, frame)
+    if clef_report is not None:
+        r = clef_report
         extra = {
             "clef_chunking": dg.MetadataValue.json(
                 {
@@ -288,27 +384,30 @@ def chunks(
                 f"{r.documents_fallback} document(s) chunked structural instead of clef: "
                 + "; ".join(r.fallback_reasons)
             )
-    tokens = frame["tokens"] if frame.height else pl.Series([], dtype=pl.Int64)
+    all_tokens = pl.concat(tokens) if tokens else pl.Series([], dtype=pl.Int64)
+    failed_all = pl.concat(failures) if failures else pl.DataFrame(schema=stages.FAILURE_SCHEMA)
+    chunk_batches = out.finish()
     return dg.MaterializeResult(
-        value=frame,
+        value=chunk_batches,
         check_results=[
             _check(
                 "chunks_within_max_tokens",
-                checks.chunk_sizes(frame, settings.chunking.max_tokens),
+                checks.combine_chunk_sizes(size_facts, settings.chunking.max_tokens),
             )
         ],
         metadata={
             **extra,
-            "quarantined_records": int(frame["quarantined"].sum() or 0) if frame.height else 0,
+            "quarantined_records": quarantined,
             "chunker": settings.chunking.strategy,
-            "documents": frame["doc_id"].n_unique() if frame.height else 0,
-            "chunks": frame.height,
-            "tokens": int(tokens.sum() or 0),
-            "tokens_p50": int(tokens.median() or 0) if frame.height else 0,
-            "tokens_max": int(tokens.max() or 0) if frame.height else 0,
-            "documents_failed": failures.height,
-            "failed_documents": failures_table(failures),
+            "documents": documents,
+            "chunks": records,
+            "tokens": int(all_tokens.sum() or 0),
+            "tokens_p50": int(all_tokens.median() or 0) if all_tokens.len() else 0,
+            "tokens_max": int(all_tokens.max() or 0) if all_tokens.len() else 0,
+            "documents_failed": failed_all.height,
+            "failed_documents": failures_table(failed_all),
             "metadata_rule": METADATA_RULE,
+            **_batch_metadata(chunk_batches),
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
@@ -333,18 +432,34 @@ def chunks(
     ],
 )
 def enrichments(
-    pipeline_settings: PipelineSettings, clef: ClefResource, chunks: pl.DataFrame
-):  # MaterializeResult with the frame as value
+    context: dg.AssetExecutionContext,
+    pipeline_settings: PipelineSettings,
+    clef: ClefResource,
+    chunks: FrameBatches,
+):  # MaterializeResult with the batches as value
     settings = pipeline_settings.settings
-    steering = stages.open_steering(settings, clef.client if chunks.height else None)
+    keys = chunks.keys()
+    steering = stages.open_steering(settings, clef.client if keys else None)
+    out = _writer(context, settings, "enrichments")
+    report = None
+    chunks_in = chunks_out = 0
     try:
-        enriched, report = stages.enrich_chunks(chunks, steering)
+        for key in keys:
+            frame = chunks.read(key)
+            enriched, part = stages.enrich_chunks(frame, steering)
+            report = merge_reports(report, part)
+            chunks_in += frame.height
+            chunks_out += enriched.height
+            out.write_batch(key, enriched)
+        if report is None:
+            _, report = stages.enrich_chunks(pl.DataFrame(schema=CHUNK_SCHEMA), steering)
     finally:
         steering.close()
+    enriched_batches = out.finish()
     return dg.MaterializeResult(
-        value=enriched,
+        value=enriched_batches,
         metadata={
-            "chunks": enriched.height,
+            "chunks": chunks_out,
             "enrich": report.mode,
             "asked": report.asked,
             "decisions": dg.MetadataValue.json(report.decisions),
@@ -357,12 +472,13 @@ def enrichments(
             "clef_requests": report.requests,
             "clef_input_tokens": report.input_tokens,
             "cached_answers": report.cached_answers,
+            **_batch_metadata(enriched_batches),
             "seconds": report.seconds,
         },
         check_results=[
             _check(
                 "enrichment_drop_rate_within_bounds",
-                checks.enrichment_drop_rate(chunks.height, enriched, settings.steering.checks),
+                checks.enrichment_drop_rate(chunks_in, chunks_out, settings.steering.checks),
             )
         ],
     )
@@ -382,45 +498,71 @@ def embeddings(
     pipeline_settings: PipelineSettings,
     vector_store: VectorStoreResource,
     embedder: EmbedderResource,
-    enrichments: pl.DataFrame,
-):  # MaterializeResult with the frame as value
+    enrichments: FrameBatches,
+):  # MaterializeResult with the batches as value
     started = time.perf_counter()
     settings = pipeline_settings.settings
     source = settings.source(context.partition_key)
     emb = embedder.get()
+    store = vector_store.get()
+    out = _writer(context, settings, "embeddings")
+    keys = enrichments.keys()
+    stats = None
+    embedded_before = 0
+    bad: list[tuple[bool, dict]] = []
 
     def progress(done: int, total: int) -> None:
-        progress_report("embed", done, total)
+        progress_report("embed", embedded_before + done, 0)
         if total and (done == total or done % (settings.embedder.batch_size * 20) == 0):
-            context.log.info(f"embedded {done}/{total} chunks")
+            context.log.info(f"embedded {embedded_before + done} chunks")
 
-    frame, stats = embed_chunks(
-        enrichments,
-        emb,
-        vector_store.get(),
-        settings.collection_of(source),
-        batch_size=settings.embedder.batch_size,
-        progress=progress,
-        open_runner=lambda: open_batch_runner(settings.embedder, emb),
-    )
+    with ExitStack() as stack:
+        runner = None
+
+        def shared_runner():  # the executor (Ray actors) opens once per run, when first needed
+            nonlocal runner
+            if runner is None:
+                runner = stack.enter_context(open_batch_runner(settings.embedder, emb))
+            return nullcontext(runner)
+
+        for key in keys:
+            frame, part = embed_chunks(
+                enrichments.read(key),
+                emb,
+                store,
+                settings.collection_of(source),
+                batch_size=settings.embedder.batch_size,
+                progress=progress,
+                open_runner=shared_runner,
+            )
+            stats = merge_reports(stats, part)
+            embedded_before = stats.embedded
+            bad.append(checks.all_embedded(frame, emb.dimension))
+            out.write_batch(key, frame)
+    if stats is None:
+        _, stats = embed_chunks(
+            pl.DataFrame(schema=CHUNK_SCHEMA), emb, store, settings.collection_of(source)
+        )
     if stats.over_window:
         context.log.warning(
             f"{stats.over_window} chunk texts are longer than {emb.name} reads "
             f"({emb.max_input_tokens} word pieces): their tails are not in their vectors; "
             "lower chunking.max_tokens"
         )
+    embedded_batches = out.finish()
     return dg.MaterializeResult(
-        value=frame,
-        check_results=[_check("every_chunk_embedded", checks.all_embedded(frame, emb.dimension))],
+        value=embedded_batches,
+        check_results=[_check("every_chunk_embedded", checks.combine_embedded(bad, emb.dimension))],
         metadata={
             "embedder": emb.name,
-            "dimension": emb.dimension if frame.height else 0,
+            "dimension": emb.dimension if stats.chunks else 0,
             "chunks": stats.chunks,
             "embedded": stats.embedded,
             "reused": stats.reused,
             "embedder_calls": stats.embedder_calls,
             "embedder_seconds": round(stats.embedder_seconds, 3),
             "over_embedder_window": stats.over_window,
+            **_batch_metadata(embedded_batches),
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
@@ -453,29 +595,46 @@ def store_sync(
     vector_store: VectorStoreResource,
     embedder: EmbedderResource,
     source_documents: pl.DataFrame,
-    embeddings: pl.DataFrame,
+    embeddings: FrameBatches,
 ) -> dg.MaterializeResult:
     started = time.perf_counter()
     settings = pipeline_settings.settings
     source = settings.source(context.partition_key)
     collection = settings.collection_of(source)
     store = vector_store.get()
+    emb = embedder.get()
+    report = SyncReport()
+    touched = source_documents.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED]))
+    keys = sorted(set(embeddings.keys()) | set(touched[BATCH].unique().to_list()))
+    wrote = False
     # Runs launched from the UI or a schedule take the collection's write lock here (a CLI run
     # already holds it; the lock is reentrant in one process).
     with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
-        report = sync_source(
-            store,
-            collection,
-            source.name,
-            source_documents,
-            embeddings,
-            embedder.get(),
-            chunker=settings.chunking.strategy,
-            steering=steering_manifest(settings.steering, clef_enabled=clef_enabled(settings)),
-            batch_rows=settings.sync_batch_rows,
-            progress=lambda done, total: progress_report("sync", done, total),
-            text_language=settings.store.text_language,
-        )
+        for n, key in enumerate(keys, start=1):
+            # Batch by batch: each batch's documents are complete in the store before the next
+            # starts, so a run killed half-way leaves whole batches done and the rest to repair.
+            wrote |= sync_batch(
+                store,
+                collection,
+                source.name,
+                touched.filter(pl.col(BATCH) == key),
+                embeddings.read(key),
+                emb,
+                report=report,
+                batch_rows=settings.sync_batch_rows,
+                text_language=settings.store.text_language,
+            )
+            progress_report("sync", n, len(keys))
+        if wrote:
+            finish_sync(
+                store,
+                collection,
+                source.name,
+                emb,
+                report,
+                chunker=settings.chunking.strategy,
+                steering=steering_manifest(settings.steering, clef_enabled=clef_enabled(settings)),
+            )
     total = store.count(collection) if store.has_collection(collection) else 0
     totals = source_totals(store, collection, source.name)
     return dg.MaterializeResult(
@@ -494,6 +653,7 @@ def store_sync(
             "writes": report.writes,
             "collection_records": total,
             "maintenance": dg.MetadataValue.json(report.maintenance),
+            "batches_synced": len(keys),
             "seconds": round(time.perf_counter() - started, 3),
         },
         check_results=[

@@ -83,6 +83,59 @@ def document_hash(raw_hash: str, fingerprint: str) -> str:
     return sha256_hex(f"{raw_hash}:{fingerprint}")[:32]
 
 
+#: Stored records folded into per-document facts at a time (bounded memory for the inventory).
+_SCAN_FOLD = 200_000
+
+_STORED_SCHEMA = {
+    "doc_id": pl.Utf8,
+    "hash_min": pl.Utf8,
+    "hash_max": pl.Utf8,
+    "count_min": pl.Int64,
+    "count_max": pl.Int64,
+    "records": pl.Int64,
+    "needs_asking": pl.Boolean,
+}
+
+
+def _fold(frame: pl.DataFrame) -> pl.DataFrame:
+    """Per document: the smallest and largest hash and expected count, records, needs asking."""
+    return frame.group_by("doc_id").agg(
+        pl.col("hash_min").min(),
+        pl.col("hash_max").max(),
+        pl.col("count_min").min(),
+        pl.col("count_max").max(),
+        pl.col("records").sum(),
+        pl.col("needs_asking").any(),
+    )
+
+
+def stored_document_facts(store: VectorStore, collection: str, source: str) -> pl.DataFrame:
+    """Per document of `source`, what its stored records carry, as one row each (columns of
+    `_STORED_SCHEMA`): the records are folded a slice at a time, so a source of millions of
+    records never sits in memory as Python objects."""
+    if not store.has_collection(collection):
+        return pl.DataFrame(schema=_STORED_SCHEMA)
+    folded = pl.DataFrame(schema=_STORED_SCHEMA)
+    rows: list[tuple] = []
+
+    def fold() -> pl.DataFrame:
+        part = pl.DataFrame(rows, schema=_STORED_SCHEMA, orient="row")
+        return _fold(pl.concat([folded, part]))
+
+    for rec in store.scan(
+        collection,
+        where={"source": source},
+        fields=["doc_id", "doc_hash", "doc_chunk_count", "needs_rescreen", "needs_reenrich"],
+    ):
+        h = rec.get("doc_hash") or ""
+        c = int(rec.get("doc_chunk_count") or -1)
+        asking = bool(rec.get("needs_rescreen") or rec.get("needs_reenrich"))
+        rows.append((rec["doc_id"], h, h, c, c, 1, asking))
+        if len(rows) >= _SCAN_FOLD:
+            folded, rows = fold(), []
+    return fold()
+
+
 def stored_documents(store: VectorStore, collection: str, source: str) -> dict[str, StoredDocument]:
     """Per document of `source`, the hashes and chunk counts its stored records carry."""
     if not store.has_collection(collection):
@@ -156,6 +209,95 @@ def plan_inventory(
             }
         )
     return pl.DataFrame(rows, schema=INVENTORY_SCHEMA)
+
+
+LISTING_SCHEMA = {
+    "doc_id": pl.Utf8,
+    "source_uri": pl.Utf8,
+    "doc_hash": pl.Utf8,
+    "reason": pl.Utf8,
+    "error": pl.Utf8,
+}
+
+#: Listing entries turned into a frame at a time.
+_LISTING_SLICE = 100_000
+
+
+def listing_frame(entries: Iterable[EntryState]) -> pl.DataFrame:
+    """A source listing as a frame (built a slice at a time: no list of objects per document)."""
+    frames: list[pl.DataFrame] = []
+    rows: list[tuple] = []
+    for e in entries:
+        rows.append((e.doc_id, e.source_uri, e.doc_hash, e.reason, e.error))
+        if len(rows) >= _LISTING_SLICE:
+            frames.append(pl.DataFrame(rows, schema=LISTING_SCHEMA, orient="row"))
+            rows = []
+    frames.append(pl.DataFrame(rows, schema=LISTING_SCHEMA, orient="row"))
+    return pl.concat(frames)
+
+
+def plan_inventory_frame(
+    source: str, listing: pl.DataFrame, stored: pl.DataFrame, *, force: bool = False
+) -> pl.DataFrame:
+    """`plan_inventory` on frames: the listing (`listing_frame`) against the stored facts
+    (`stored_document_facts`), column-wise, for sources of millions of documents."""
+    first = listing["doc_id"].is_first_distinct()
+    plan = listing.with_columns(first.alias("_first"), pl.int_range(pl.len()).alias("_order"))
+    plan = plan.join(stored, on="doc_id", how="left", maintain_order="left")
+    complete = (
+        (pl.col("hash_min") == pl.col("hash_max"))
+        & (pl.col("count_min") == pl.col("count_max"))
+        & (pl.col("count_min") == pl.col("records"))
+    )
+    status = (
+        pl.when(~pl.col("_first"))
+        .then(pl.lit(FAILED))
+        .when(pl.col("error").is_not_null() | pl.col("doc_hash").is_null())
+        .then(pl.lit(FAILED))
+        .when(pl.col("records").is_null())
+        .then(pl.lit(NEW))
+        .when(~complete)
+        .then(pl.lit(REPAIR))
+        .when((pl.col("doc_hash") != pl.col("hash_min")) | pl.lit(force))
+        .then(pl.lit(CHANGED))
+        .when(pl.col("needs_asking"))
+        .then(pl.lit(RESCREEN))
+        .otherwise(pl.lit(UNCHANGED))
+    )
+    duplicate = ~pl.col("_first")
+    failed = status == FAILED
+    plan = plan.with_columns(
+        status.alias("status"),
+        pl.when(duplicate)
+        .then(pl.lit("duplicate"))
+        .when(failed)
+        .then(pl.col("reason").fill_null("error"))
+        .otherwise(None)
+        .alias("reason"),
+        pl.when(duplicate)
+        .then(pl.format("duplicate document id '{}'", pl.col("doc_id")))
+        .when(failed)
+        .then(pl.col("error"))
+        .otherwise(None)
+        .alias("error"),
+        pl.lit(source).alias("source"),
+    )
+    listed = plan.sort("_order").select(list(INVENTORY_SCHEMA))
+    gone = (
+        stored.select("doc_id")
+        .join(listing.select("doc_id").unique(), on="doc_id", how="anti")
+        .sort("doc_id")
+        .with_columns(
+            pl.lit(source).alias("source"),
+            pl.lit(None, dtype=pl.Utf8).alias("source_uri"),
+            pl.lit(None, dtype=pl.Utf8).alias("doc_hash"),
+            pl.lit(REMOVED).alias("status"),
+            pl.lit(None, dtype=pl.Utf8).alias("reason"),
+            pl.lit(None, dtype=pl.Utf8).alias("error"),
+        )
+        .select(list(INVENTORY_SCHEMA))
+    )
+    return pl.concat([listed.cast(INVENTORY_SCHEMA), gone.cast(INVENTORY_SCHEMA)])
 
 
 def _row(

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from clef_pipelines.chunking.models import Chunk, make_embed_text, section_path_
 from clef_pipelines.chunking.units import render
 from clef_pipelines.clef.client import SyncClefClient
 from clef_pipelines.config import Settings, SourceConfig
+from clef_pipelines.ingest.batches import BATCH, BatchWriter
 from clef_pipelines.ingest.documents import TO_PROCESS, EntryState, document_hash
 from clef_pipelines.ingest.metadata import FieldTypes, MetadataError, metadata_fields
 from clef_pipelines.ingest.progress import report as progress_report
@@ -66,24 +68,27 @@ BLOCK_SCHEMA = {
 
 def list_entries(settings: Settings, source: SourceConfig, fingerprint: str) -> list[EntryState]:
     """List a source's documents with their hashes, without parsing anything."""
-    out: list[EntryState] = []
+    return list(iter_entries(settings, source, fingerprint))
+
+
+def iter_entries(
+    settings: Settings, source: SourceConfig, fingerprint: str
+) -> Iterator[EntryState]:
+    """`list_entries` one entry at a time."""
+    n = 0
     for entry in iter_source_entries(source, Path(settings.base_dir), settings.parsing):
-        if len(out) % PROGRESS_EVERY == 0:
-            progress_report("list", len(out), 0)  # total unknown until the listing ends
+        if n % PROGRESS_EVERY == 0:
+            progress_report("list", n, 0)  # total unknown until the listing ends
+        n += 1
         if entry.error is not None:
-            out.append(
-                EntryState(
-                    entry.doc_id, entry.source_uri, None, str(entry.error), entry.error.reason
-                )
+            yield EntryState(
+                entry.doc_id, entry.source_uri, None, str(entry.error), entry.error.reason
             )
         else:
-            out.append(
-                EntryState(
-                    entry.doc_id, entry.source_uri, document_hash(entry.raw_hash, fingerprint)
-                )
+            yield EntryState(
+                entry.doc_id, entry.source_uri, document_hash(entry.raw_hash, fingerprint)
             )
-    progress_report("list", len(out), len(out))
-    return out
+    progress_report("list", n, n)
 
 
 def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
@@ -106,15 +111,11 @@ def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
     return sha256_hex("\n".join(sorted(parts)))[:16]
 
 
-def parse_source(
-    settings: Settings, source: SourceConfig, inventory: pl.DataFrame, fingerprint: str
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Parse the documents the inventory marks for processing; returns (blocks, failures)."""
-    wanted = set(inventory.filter(pl.col("status").is_in(TO_PROCESS))["doc_id"].to_list())
-    rows: list[dict] = []
-    failures: list[dict] = []
-    if not wanted:
-        return pl.DataFrame(schema=BLOCK_SCHEMA), pl.DataFrame(schema=FAILURE_SCHEMA)
+def _parsed_documents(
+    settings: Settings, source: SourceConfig, wanted: set[str], fingerprint: str
+) -> Iterator[tuple[list[dict], dict | None]]:
+    """One pass over the source: (block rows, None) per parsed document, ([], failure) per
+    document that failed; `wanted` is emptied as documents are found."""
     total = len(wanted)
     for entry in iter_source_entries(source, Path(settings.base_dir), settings.parsing):
         if entry.doc_id not in wanted:
@@ -131,17 +132,16 @@ def parse_source(
             if not blocks:
                 raise ParseError("empty", f"{entry.source_uri}: no text blocks found")
         except ParseError as exc:
-            failures.append({"doc_id": entry.doc_id, "reason": exc.reason, "error": str(exc)})
+            yield [], {"doc_id": entry.doc_id, "reason": exc.reason, "error": str(exc)}
             continue
         except Exception as exc:  # one broken document never stops the batch
-            failures.append(
-                {"doc_id": entry.doc_id, "reason": "error", "error": f"{type(exc).__name__}: {exc}"}
-            )
+            error = f"{type(exc).__name__}: {exc}"
+            yield [], {"doc_id": entry.doc_id, "reason": "error", "error": error}
             continue
         doc_hash = document_hash(doc.raw_hash, fingerprint)
         meta = json.dumps(doc.metadata, sort_keys=True, default=str)
-        for i, block in enumerate(blocks):
-            rows.append(
+        yield (
+            [
                 {
                     "source": source.name,
                     "doc_id": doc.doc_id,
@@ -158,15 +158,80 @@ def parse_source(
                     "char_end": block.char_end,
                     "verbatim": bool(getattr(block, "verbatim", False)),
                 }
-            )
-    for doc_id in sorted(wanted):
-        failures.append(
-            {"doc_id": doc_id, "reason": "unreadable", "error": f"{doc_id}: vanished while parsing"}
+                for i, block in enumerate(blocks)
+            ],
+            None,
         )
+    for doc_id in sorted(wanted):
+        error = f"{doc_id}: vanished while parsing"
+        yield [], {"doc_id": doc_id, "reason": "unreadable", "error": error}
+
+
+def parse_source(
+    settings: Settings, source: SourceConfig, inventory: pl.DataFrame, fingerprint: str
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Parse the documents the inventory marks for processing; returns (blocks, failures)."""
+    wanted = set(inventory.filter(pl.col("status").is_in(TO_PROCESS))["doc_id"].to_list())
+    rows: list[dict] = []
+    failures: list[dict] = []
+    for doc_rows, failure in _parsed_documents(settings, source, wanted, fingerprint):
+        rows.extend(doc_rows)
+        if failure is not None:
+            failures.append(failure)
     return (
         pl.DataFrame(rows, schema=BLOCK_SCHEMA),
         pl.DataFrame(failures, schema=FAILURE_SCHEMA),
     )
+
+
+@dataclass
+class ParseStats:
+    documents: int = 0
+    blocks: int = 0
+    blocks_by_kind: dict[str, int] = field(default_factory=dict)
+
+
+def parse_source_batches(
+    settings: Settings,
+    source: SourceConfig,
+    inventory: pl.DataFrame,
+    fingerprint: str,
+    out: BatchWriter,
+) -> tuple[ParseStats, pl.DataFrame]:
+    """`parse_source` in bounded memory: one pass over the source, the blocks of every
+    `batching.batch_documents` parsed documents written to `out` as one file (grouped by the
+    documents' batches, from the inventory's `batch` column). Returns (stats, failures)."""
+    todo = inventory.filter(pl.col("status").is_in(TO_PROCESS))
+    batch_of_doc = dict(zip(todo["doc_id"].to_list(), todo[BATCH].to_list(), strict=True))
+    wanted = set(batch_of_doc)
+    stats = ParseStats()
+    kinds: Counter[str] = Counter()
+    rows: list[dict] = []
+    docs_in_part = 0
+    failures: list[dict] = []
+
+    def flush() -> None:
+        nonlocal rows, docs_in_part
+        if rows:
+            frame = pl.DataFrame(rows, schema=BLOCK_SCHEMA)
+            batches = pl.Series(BATCH, [batch_of_doc[d] for d in frame["doc_id"].to_list()])
+            out.write(frame.with_columns(batches.cast(pl.Int64)))
+        rows, docs_in_part = [], 0
+
+    for doc_rows, failure in _parsed_documents(settings, source, wanted, fingerprint):
+        if failure is not None:
+            failures.append(failure)
+            continue
+        rows.extend(doc_rows)
+        stats.documents += 1
+        stats.blocks += len(doc_rows)
+        kinds.update(r["kind"] for r in doc_rows)
+        docs_in_part += 1
+        if docs_in_part >= settings.batching.batch_documents:
+            flush()
+    flush()
+    stats.blocks_by_kind = dict(sorted(kinds.items()))
+    return stats, pl.DataFrame(failures, schema=FAILURE_SCHEMA)
 
 
 def screen_paragraphs(
@@ -240,6 +305,8 @@ def chunk_documents(
     screened: pl.DataFrame,
     chunker: ChunkerFn | None = None,
     field_types: Mapping[str, str] | None = None,
+    *,
+    types: FieldTypes | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Chunk each document's kept blocks; each quarantined block becomes a record of its own
     (`quarantined`); dropped blocks are left out. Returns (chunks, failures).
@@ -247,13 +314,15 @@ def chunk_documents(
     `chunker(blocks, title, doc_id)` replaces the configured structural / fixed chunker (the
     Clef chunker plugs in here). `field_types` are the metadata field types the collection
     already has; a document whose metadata does not fit them (or the first value of a new
-    field) fails alone (see `ingest.metadata` for the rule).
+    field) fails alone (see `ingest.metadata` for the rule). `types` carries the field types
+    fixed so far from one batch of a run to the next (it is updated in place).
     """
     cfg = settings.chunking
     now = datetime.now(UTC).isoformat(timespec="seconds")
     rows: list[dict] = []
     failures: list[dict] = []
-    types = FieldTypes(field_types)  # type: ignore[arg-type]
+    if types is None:
+        types = FieldTypes(field_types)  # type: ignore[arg-type]
     used_fields: set[str] = set()
     if screened.height == 0:
         return pl.DataFrame(schema=CHUNK_SCHEMA), pl.DataFrame(schema=FAILURE_SCHEMA)

@@ -201,24 +201,57 @@ def sync_source(
 ) -> SyncReport:
     """Make the store hold exactly the current chunks of `source`, touching no other source."""
     report = SyncReport()
+    wrote = sync_batch(
+        store,
+        collection,
+        source,
+        inventory,
+        embedded,
+        embedder,
+        report=report,
+        batch_rows=batch_rows,
+        progress=progress,
+        text_language=text_language,
+    )
+    if wrote:
+        finish_sync(store, collection, source, embedder, report, chunker=chunker, steering=steering)
+    return report
+
+
+def sync_batch(
+    store: VectorStore,
+    collection: str,
+    source: str,
+    inventory: pl.DataFrame,
+    embedded: pl.DataFrame,
+    embedder: Embedder,
+    *,
+    report: SyncReport,
+    batch_rows: int = 512,
+    progress: ProgressFn | None = None,
+    text_language: str = "english",
+) -> bool:
+    """Sync one batch of a source (its inventory rows and embedded chunks) into `report`;
+    returns whether the store was touched. Call `finish_sync` once after the last batch."""
     to_remove = inventory.filter(pl.col("status") == REMOVED)["doc_id"].to_list()
     if embedded.height == 0 and not to_remove:
-        return report  # nothing changed: write nothing, not even the manifest
+        return False  # nothing changed: write nothing, not even the manifest
 
     if not store.has_collection(collection) and embedded.height == 0:
-        return report  # only removals, and there is nothing stored to remove them from
+        return False  # only removals, and there is nothing stored to remove them from
     check_manifest(store.get_manifest(collection), collection, embedder)
     store.ensure_collection(
         collection_spec(collection, embedder, embedded, text_language=text_language)
     )
 
     kill_after = int(os.environ.get(KILL_AFTER_UPSERTS_ENV, "0") or 0)
+    done_before = report.upserted
     total = embedded.height
     for batch in _record_batches(embedded, batch_rows):
         report.upserted += store.upsert(collection, batch)
         report.upsert_batches += 1
         if progress:
-            progress(report.upserted, total)
+            progress(report.upserted - done_before, total)
         if kill_after and report.upsert_batches >= kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -243,15 +276,30 @@ def sync_source(
             report.deleted_stale += store.delete(
                 collection, where={"source": source, "doc_id": doc_id}
             )
-    report.documents_synced = embedded["doc_id"].n_unique() if embedded.height else 0
+    report.documents_synced += embedded["doc_id"].n_unique() if embedded.height else 0
 
     for start in range(0, len(to_remove), 500):
         part = to_remove[start : start + 500]
         report.deleted_removed += store.delete(
             collection, where={"source": source, "doc_id": {"in": part}}
         )
-    report.documents_removed = len(to_remove)
+    report.documents_removed += len(to_remove)
+    return True
 
+
+def finish_sync(
+    store: VectorStore,
+    collection: str,
+    source: str,
+    embedder: Embedder,
+    report: SyncReport,
+    *,
+    chunker: str,
+    steering: dict[str, Any] | None = None,
+) -> None:
+    """After a source's batches: its entry in the collection manifest, then store upkeep."""
+    if not store.has_collection(collection):
+        return
     manifest = store.get_manifest(collection) or {}
     sources = dict(manifest.get("sources") or {})
     sources[source] = {
@@ -284,4 +332,3 @@ def sync_source(
     started = time.perf_counter()
     report.maintenance = store.maintain(collection) or {}
     report.maintenance.setdefault("seconds", round(time.perf_counter() - started, 3))
-    return report

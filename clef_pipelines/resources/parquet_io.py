@@ -1,22 +1,26 @@
-"""Parquet intermediates, one file per asset and partition, read and written with polars."""
+"""Parquet intermediates, read and written with polars: one file per asset and partition, or,
+for the batched ingestion steps, one folder per asset and partition (see `ingest.batches`)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
 from clef_pipelines.assets.metadata import frame_metadata
+from clef_pipelines.ingest.batches import FrameBatches
 from clef_pipelines.resources.settings import PipelineSettings
 
 
 class PolarsParquetIOManager(dg.ConfigurableIOManager):
-    """Stores each asset partition as `<data_dir>/intermediates/<asset>/<partition>.parquet`.
+    """Stores each asset partition as `<data_dir>/intermediates/<asset>/<partition>.parquet`,
+    or a batched step's output as the folder `<data_dir>/intermediates/<asset>/<partition>/`.
 
     Written to a temporary name and renamed, so a run killed mid-write never leaves a torn file
-    for the next run to read.
+    for the next run to read (a batched step writes its folder aside and it is swapped in).
     """
 
     settings: PipelineSettings
@@ -30,8 +34,43 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
     def _path(self, asset_key: dg.AssetKey, partition: str | None) -> Path:
         return self._root().joinpath(*asset_key.path) / f"{partition or '__all__'}.parquet"
 
-    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame | None) -> None:
+    def _folder(self, asset_key: dg.AssetKey, partition: str | None) -> Path:
+        return self._root().joinpath(*asset_key.path) / (partition or "__all__")
+
+    def _put_batches(self, context: dg.OutputContext, obj: FrameBatches) -> None:
+        partition = context.partition_key if context.has_partition_key else None
+        folder = self._folder(context.asset_key, partition)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staged = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+        if staged.exists():
+            shutil.rmtree(staged)
+        shutil.move(str(obj.directory), staged)
+        old = folder.with_name(f"{folder.name}.old-{os.getpid()}")
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(staged, folder)
+        shutil.rmtree(old, ignore_errors=True)
+        self._path(context.asset_key, partition).unlink(missing_ok=True)  # an older layout
+        batches = FrameBatches(folder)
+        columns = [dg.TableColumn(n, str(t)) for n, t in batches.schema().items()]
+        context.add_output_metadata(
+            {
+                "path": dg.MetadataValue.path(str(folder)),
+                "dagster/row_count": dg.MetadataValue.int(batches.rows()),
+                "dagster/column_schema": dg.MetadataValue.table_schema(
+                    dg.TableSchema(columns=columns)
+                ),
+                "batch_files": len(batches.files()),
+            }
+        )
+
+    def handle_output(
+        self, context: dg.OutputContext, obj: pl.DataFrame | FrameBatches | None
+    ) -> None:
         if obj is None:
+            return
+        if isinstance(obj, FrameBatches):
+            self._put_batches(context, obj)
             return
         if not isinstance(obj, pl.DataFrame):
             raise TypeError(f"{context.asset_key.to_user_string()} must return a polars DataFrame")
@@ -46,8 +85,11 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
             {"path": dg.MetadataValue.path(str(path)), **frame_metadata(obj)}
         )
 
-    def load_input(self, context: dg.InputContext) -> pl.DataFrame:
+    def load_input(self, context: dg.InputContext) -> pl.DataFrame | FrameBatches:
         partition = context.asset_partition_key if context.has_asset_partitions else None
+        folder = self._folder(context.asset_key, partition)
+        if folder.is_dir():
+            return FrameBatches(folder)
         path = self._path(context.asset_key, partition)
         if not path.exists():
             raise FileNotFoundError(

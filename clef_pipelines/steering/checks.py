@@ -5,6 +5,7 @@ The Dagster layer turns each into an `AssetCheckResult` on the asset it checks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -16,13 +17,24 @@ from clef_pipelines.stores.base import VectorStore
 Check = tuple[bool, dict[str, Any]]
 
 
+def judged_actions(screened: pl.DataFrame) -> dict[str, int]:
+    """The screen actions of the judged blocks of a frame, counted (one batch of a run)."""
+    judged = screened.filter(pl.col("screened")) if "screened" in screened.columns else screened
+    if judged.height == 0:
+        return {}
+    return {str(k): int(v) for k, v in judged.group_by("screen_action").len().iter_rows()}
+
+
 def screen_rates(screened: pl.DataFrame, bounds: ChecksConfig) -> Check:
     """Quarantine and drop rates of the partition's screened blocks within the bounds."""
-    judged = screened.filter(pl.col("screened")) if "screened" in screened.columns else screened
-    n = judged.height
-    actions = judged["screen_action"].to_list() if n else []
-    q = actions.count("quarantine") / n if n else 0.0
-    d = actions.count("drop") / n if n else 0.0
+    return screen_rates_of(judged_actions(screened), bounds)
+
+
+def screen_rates_of(actions: Mapping[str, int], bounds: ChecksConfig) -> Check:
+    """`screen_rates` from the judged blocks' actions counted over a run's batches."""
+    n = sum(actions.values())
+    q = actions.get("quarantine", 0) / n if n else 0.0
+    d = actions.get("drop", 0) / n if n else 0.0
     passed = q <= bounds.max_quarantine_rate and d <= bounds.max_drop_rate
     return passed, {
         "screened_blocks": n,
@@ -33,12 +45,14 @@ def screen_rates(screened: pl.DataFrame, bounds: ChecksConfig) -> Check:
     }
 
 
-def enrichment_drop_rate(before: int, after: pl.DataFrame, bounds: ChecksConfig) -> Check:
-    """Share of chunks the enrichment dropped, within the drop bound."""
-    d = (before - after.height) / before if before else 0.0
+def enrichment_drop_rate(before: int, after: pl.DataFrame | int, bounds: ChecksConfig) -> Check:
+    """Share of chunks the enrichment dropped, within the drop bound (`after`: the enriched
+    frame, or its row count summed over a run's batches)."""
+    out = after if isinstance(after, int) else after.height
+    d = (before - out) / before if before else 0.0
     return d <= bounds.max_drop_rate, {
         "chunks_in": before,
-        "chunks_out": after.height,
+        "chunks_out": out,
         "drop_rate": round(d, 4),
         "max_drop_rate": bounds.max_drop_rate,
     }
@@ -54,6 +68,28 @@ def chunk_sizes(chunks: pl.DataFrame, max_tokens: int) -> Check:
         "max_tokens": max_tokens,
         "largest": int(live["tokens"].max() or 0) if live.height else 0,
         "examples": over["id"].head(5).to_list() if over.height else [],
+    }
+
+
+def combine_chunk_sizes(parts: list[Check], max_tokens: int) -> Check:
+    """`chunk_sizes` over a run's batches, from each batch's result."""
+    facts = [f for _, f in parts]
+    return all(ok for ok, _ in parts), {
+        "chunks": sum(f["chunks"] for f in facts),
+        "over_max_tokens": sum(f["over_max_tokens"] for f in facts),
+        "max_tokens": max_tokens,
+        "largest": max((f["largest"] for f in facts), default=0),
+        "examples": [e for f in facts for e in f["examples"]][:5],
+    }
+
+
+def combine_embedded(parts: list[Check], dimension: int) -> Check:
+    """`all_embedded` over a run's batches, from each batch's result."""
+    facts = [f for _, f in parts]
+    return all(ok for ok, _ in parts), {
+        "chunks": sum(f["chunks"] for f in facts),
+        "missing_or_bad": sum(f["missing_or_bad"] for f in facts),
+        "dimension": dimension,
     }
 
 
@@ -98,7 +134,9 @@ def quarantine_hidden(store: VectorStore, collection: str, source: str, limit: i
     ids = store.list_ids(collection, where={"source": source, "quarantined": True})
     probes = store.get(collection, ids[:limit], with_vectors=True) if ids else []
     if not probes:  # still prove the filter on one ordinary record
-        some = store.list_ids(collection, where={"source": source})[:1]
+        # The first record of a scan, not a list of every id of a large source.
+        first = next(iter(store.scan(collection, where={"source": source}, fields=[])), None)
+        some = [first["id"]] if first else []
         probes = store.get(collection, some, with_vectors=True) if some else []
     leaked: list[str] = []
     for rec in probes:

@@ -87,6 +87,10 @@ def _canonical(metric: Metric, distance: float) -> float:
     return distance
 
 
+#: Records per batch of a scan.
+_SCAN_BATCH = 20_000
+
+
 class LanceDBStore(VectorStore):
     kind = "lancedb"
 
@@ -523,8 +527,11 @@ class LanceDBStore(VectorStore):
         q = t.search()
         if clause is not None:
             q = q.where(clause)
-        tbl = q.select(self._select(spec, fields)).limit(None).to_arrow()
-        yield from self._rows(spec, tbl, fields)
+        # Record batches, not one table: a scan of millions of records (the inventory of a
+        # large source) holds one batch of them as Python objects at a time.
+        reader = q.select(self._select(spec, fields)).limit(None).to_batches(_SCAN_BATCH)
+        for batch in reader:
+            yield from self._rows(spec, pa.Table.from_batches([batch]), fields)
 
     def count(self, collection: str, *, where: Filter | None = None) -> int:
         spec = self.get_spec(collection)

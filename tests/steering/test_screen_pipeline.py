@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from clef_pipelines.ingest.batches import FrameBatches
 from clef_pipelines.steering.manifest import screened_at_ingest
 from tests.clef.fake_server import FakeServer, Reply
 from tests.ingest.conftest import Workspace, make_workspace
@@ -33,8 +34,9 @@ def screen_questions(fake: FakeServer, since: int = 0) -> list[str]:
 
 
 def intermediate(ws: Workspace, asset: str) -> pl.DataFrame:
-    path = ws.settings().data_path / "intermediates" / "clef" / asset / "sample.parquet"
-    return pl.read_parquet(path)
+    # A batched step's output is a folder of Parquet files, one per batch (ingest.batches).
+    folder = ws.settings().data_path / "intermediates" / "clef" / asset / "sample"
+    return FrameBatches(folder).read_all()
 
 
 def test_planted_instruction_is_quarantined_alone(clef_ws: Workspace, fake: FakeServer) -> None:

@@ -1,0 +1,164 @@
+"""Stable document batches, and the batched Parquet frames the ingestion steps pass on.
+
+A source of any size is processed a batch at a time, so an ingest's peak memory is set by
+`batching.batch_documents`, not by the size of the source. A document's batch is a hash of its
+id modulo the batch count, and the count is a power of two chosen from the source's size: adding
+documents never moves another document to another batch, except when the count doubles, and
+then each batch splits into exactly two (a document of batch `b` goes to `b` or `b + count`).
+
+Between the steps a run's work is a `FrameBatches`: Parquet files holding one row group per
+batch (the `batch` column), so a step reads one batch by reading only that batch's row groups.
+The parse step writes one file per slice of the listing (documents in listing order, each file
+grouped by batch); every later step writes one file per batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from clef_pipelines.ingest.config import MAX_BATCHES, BatchingConfig  # noqa: F401
+
+#: The column every batched frame carries.
+BATCH = "batch"
+
+
+def batch_count(documents: int, batch_documents: int) -> int:
+    """The power of two that keeps `documents / count` at or under `batch_documents`."""
+    wanted = max(1, math.ceil(documents / max(1, batch_documents)))
+    return min(MAX_BATCHES, 1 << (wanted - 1).bit_length())
+
+
+def batch_of(doc_id: str, count: int) -> int:
+    """The batch of a document: a hash of its id modulo the (power-of-two) batch count."""
+    if count <= 1:
+        return 0
+    digest = hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+def batch_column(doc_ids: pl.Series, count: int) -> pl.Series:
+    return pl.Series(BATCH, [batch_of(d, count) for d in doc_ids.to_list()], dtype=pl.Int64)
+
+
+@dataclass
+class FrameBatches:
+    """A run's frames of one step, one or more Parquet files with a row group per batch."""
+
+    directory: Path
+    _index: dict[int, list[tuple[Path, int]]] | None = field(default=None, repr=False)
+
+    def files(self) -> list[Path]:
+        return sorted(self.directory.glob("*.parquet")) if self.directory.exists() else []
+
+    def index(self) -> dict[int, list[tuple[Path, int]]]:
+        """Batch -> the (file, row group) pairs holding its rows (read from the footers)."""
+        if self._index is None:
+            index: dict[int, list[tuple[Path, int]]] = {}
+            for path in self.files():
+                meta = pq.ParquetFile(path).metadata
+                col = meta.schema.to_arrow_schema().get_field_index(BATCH)
+                for rg in range(meta.num_row_groups):
+                    stats = meta.row_group(rg).column(col).statistics
+                    if meta.row_group(rg).num_rows == 0 or stats is None:
+                        continue
+                    if stats.min != stats.max:  # written by BatchWriter: never happens
+                        raise ValueError(f"{path}: row group {rg} mixes batches")
+                    index.setdefault(int(stats.min), []).append((path, rg))
+            self._index = dict(sorted(index.items()))
+        return self._index
+
+    def keys(self) -> list[int]:
+        return list(self.index())
+
+    def schema(self) -> dict[str, pl.DataType]:
+        """The columns of the batches (the union over the files) with their types."""
+        out: dict[str, pl.DataType] = {}
+        for path in self.files():
+            for name, dtype in pl.read_parquet_schema(path).items():
+                out.setdefault(name, dtype)
+        return out
+
+    def rows(self) -> int:
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in self.files())
+
+    def read(self, key: int) -> pl.DataFrame:
+        parts = [
+            pl.from_arrow(pq.ParquetFile(path).read_row_group(rg))
+            for path, rg in self.index().get(key, [])
+        ]
+        frames = [p for p in parts if isinstance(p, pl.DataFrame)]
+        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+    def __iter__(self) -> Iterator[tuple[int, pl.DataFrame]]:
+        for key in self.keys():
+            yield key, self.read(key)
+
+    def read_all(self) -> pl.DataFrame:
+        """Every batch in one frame: for small sources and tests only."""
+        frames = [f for _, f in self]
+        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+class BatchWriter:
+    """Writes a step's batched output into a staging folder the IO manager moves into place."""
+
+    def __init__(self, directory: Path) -> None:
+        if directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True)
+        self.directory = directory
+        self._files = 0
+
+    def write(self, frame: pl.DataFrame, name: str | None = None) -> None:
+        """One file: the frame's rows grouped by batch, one row group per batch."""
+        if frame.height == 0:
+            return
+        frame = frame.sort(BATCH, maintain_order=True)
+        self._files += 1
+        path = self.directory / f"{name or f'part-{self._files:06d}'}.parquet"
+        table = frame.to_arrow()
+        with pq.ParquetWriter(path, table.schema) as out:
+            for (_key,), part in frame.group_by([BATCH], maintain_order=True):
+                out.write_table(part.to_arrow(), row_group_size=max(1, part.height))
+
+    def write_batch(self, key: int, frame: pl.DataFrame) -> None:
+        """One batch's frame as its own file (the `batch` column set to `key`)."""
+        self.write(frame.with_columns(pl.lit(key, dtype=pl.Int64).alias(BATCH)), f"batch-{key:05d}")
+
+    def finish(self) -> FrameBatches:
+        return FrameBatches(self.directory)
+
+
+def merge_reports(total: Any, part: Any) -> Any:
+    """Fold one batch's report dataclass into the run's: numbers add up, dicts merge (their
+    numbers adding up), lists extend without repeats, text keeps the first value set."""
+    if total is None:
+        return part
+    for f in fields(part):
+        a, b = getattr(total, f.name), getattr(part, f.name)
+        setattr(total, f.name, _merge(a, b))
+    return total
+
+
+def _merge(a: Any, b: Any) -> Any:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a or b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a + b
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = _merge(out[k], v) if k in out else v
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        return a + [x for x in b if x not in a]
+    return a if a not in (None, "", "off") else b

@@ -1,0 +1,195 @@
+"""Stable batches: a source streams through a run a batch at a time (issue 13).
+
+Real Dagster runs in-process on real LanceDB; a JSONL source small enough to be quick, split
+into several batches by a tiny `batching.batch_documents`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from clef_pipelines.ingest.batches import (
+    BATCH,
+    BatchWriter,
+    FrameBatches,
+    batch_count,
+    batch_of,
+)
+from clef_pipelines.ingest.sync import KILL_AFTER_UPSERTS_ENV
+from tests.ingest.conftest import make_workspace
+
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "omicron",
+]
+
+
+def _text(i: int, edit: str = "") -> str:
+    sentences = [
+        " ".join(WORDS[(i * 7 + k * 3 + j) % len(WORDS)] for j in range(12)) + "."
+        for k in range(4 + i % 5)
+    ]
+    return edit + "\n\n".join(sentences)
+
+
+def _write_jsonl(path: Path, docs: dict[str, str]) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        for doc_id, text in docs.items():
+            f.write(json.dumps({"id": doc_id, "title": doc_id.title(), "text": text}) + "\n")
+
+
+def _corpus(n: int) -> dict[str, str]:
+    return {f"doc-{i:03d}": _text(i) for i in range(n)}
+
+
+def _batched_workspace(root: Path, monkeypatch: pytest.MonkeyPatch, docs: dict[str, str]):
+    ws = make_workspace(root, monkeypatch, batching={"batch_documents": 8}, sync_batch_rows=4)
+    _write_jsonl(root / "big.jsonl", docs)
+    ws.write_config(
+        sources=[
+            {"name": "big", "path": "big.jsonl", "kind": "jsonl"},
+            {"name": "sample", "path": "corpus"},
+        ]
+    )
+    return ws
+
+
+def _by_doc(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault(r["doc_id"], []).append(r)
+    return out
+
+
+def test_batch_of_is_stable_and_doubling_only_splits() -> None:
+    ids = [f"doc-{i}" for i in range(2000)]
+    assert batch_count(0, 8) == 1 and batch_count(8, 8) == 1 and batch_count(9, 8) == 2
+    assert batch_count(100, 8) == 16  # ceil(100 / 8) = 13, up to the next power of two
+    at8 = {d: batch_of(d, 8) for d in ids}
+    assert at8 == {d: batch_of(d, 8) for d in ids}  # a pure function of the id
+    assert set(at8.values()) == set(range(8))
+    # Doubling the count splits each batch in two; no document moves anywhere else.
+    assert all(batch_of(d, 16) in (at8[d], at8[d] + 8) for d in ids)
+
+
+def test_frame_batches_read_one_batch_from_mixed_files(tmp_path: Path) -> None:
+    out = BatchWriter(tmp_path / "staged")
+    out.write(pl.DataFrame({"doc_id": ["a", "b", "c"], BATCH: [2, 0, 2]}))
+    out.write(pl.DataFrame({"doc_id": ["d", "e"], BATCH: [1, 2]}))
+    out.write_batch(5, pl.DataFrame({"doc_id": ["f"]}))
+    batches = out.finish()
+    assert batches.keys() == [0, 1, 2, 5]
+    assert sorted(batches.read(2)["doc_id"].to_list()) == ["a", "c", "e"]
+    assert batches.read(5)[BATCH].to_list() == [5]
+    assert batches.read(3).height == 0
+    assert batches.rows() == 6
+    assert FrameBatches(tmp_path / "missing").keys() == []
+
+
+def test_source_streams_in_batches_and_a_refresh_touches_only_changed_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = _corpus(40)
+    ws = _batched_workspace(tmp_path, monkeypatch, docs)
+    first = {r.source: r for r in ws.ingest()}
+    assert all(r.success for r in first.values()), [r.error for r in first.values()]
+    inventory = first["big"].assets["source_documents"]
+    assert inventory["batches"] == 8  # 40 documents at 8 per batch: 5, up to a power of two
+    assert inventory["batches_to_process"] == 8
+    assert first["big"].assets["embeddings"]["batches_written"] == 8
+    assert first["big"].assets["store_sync"]["batches_synced"] == 8
+    folder = ws.settings().data_path / "intermediates" / "clef" / "chunks" / "big"
+    assert len(list(folder.glob("batch-*.parquet"))) == 8  # one Parquet file per batch
+    stored = _by_doc(ws.records())
+    assert {d for d in stored if d in docs} == set(docs)
+    other_before = {r["id"]: r["ingested_at"] for r in ws.records() if r["source"] == "sample"}
+    assert other_before
+
+    # Edit one document, remove one, add one: only their batches are read and written.
+    edited, removed, added = "doc-003", "doc-017", "doc-new"
+    docs[edited] = _text(3, edit="Edited opening line. ")
+    del docs[removed]
+    docs[added] = _text(41)
+    _write_jsonl(tmp_path / "big.jsonl", docs)
+    touched = {batch_of(d, 8) for d in (edited, removed, added)}
+    (refresh,) = ws.ingest(["big"])
+    assert refresh.success, refresh.error
+    counts = refresh.assets["source_documents"]
+    assert counts["batches"] == 8
+    assert counts["batches_to_process"] == len(touched) < 8
+    assert counts["documents_new"] == counts["documents_changed"] == 1
+    assert counts["documents_removed"] == 1
+    assert refresh.assets["store_sync"]["batches_synced"] == len(touched)
+    assert refresh.assets["embeddings"]["batches_written"] <= len(touched)
+    assert refresh.assets["parsed_blocks"]["documents_parsed"] == 2
+    assert len(list(folder.glob("batch-*.parquet"))) <= len(touched)
+    assert refresh.checks["store_sync:no_removed_documents_stored"]
+
+    records = ws.records()
+    stored = _by_doc([r for r in records if r["source"] == "big"])
+    assert set(stored) == set(docs)  # the removed one is gone, the new one is in
+    assert any("Edited opening line" in r["text"] for r in stored[edited])
+    for doc_id, recs in stored.items():  # every document complete, no leftovers
+        assert len(recs) == recs[0]["doc_chunk_count"], doc_id
+        assert len({r["doc_hash"] for r in recs}) == 1, doc_id
+    # The other source in the same collection was not touched.
+    assert {r["id"]: r["ingested_at"] for r in records if r["source"] == "sample"} == other_before
+
+
+def test_killed_batched_sync_is_repaired_by_a_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = _corpus(24)
+    ref = _batched_workspace(tmp_path / "ref", monkeypatch, docs)
+    ref.write_config(sources=[{"name": "big", "path": "big.jsonl", "kind": "jsonl"}])
+    ws = _batched_workspace(tmp_path / "ws", monkeypatch, docs)
+    ws.write_config(sources=[{"name": "big", "path": "big.jsonl", "kind": "jsonl"}])
+    (clean,) = ref.ingest()
+    assert clean.success, clean.error
+    expected = {(r["id"], r["doc_id"]) for r in ref.records()}
+
+    # A real process, SIGKILLed by fault injection in the middle of its batches.
+    env = dict(os.environ, DAGSTER_HOME=str(ws.root / "dagster"))
+    env[KILL_AFTER_UPSERTS_ENV] = "5"
+    proc = subprocess.run(
+        [sys.executable, "-m", "clef_pipelines", "ingest", "--config", str(ws.config_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    half = {(r["id"], r["doc_id"]) for r in ws.records()}
+    assert half and half < expected  # some batches landed, not all
+
+    monkeypatch.setenv("DAGSTER_HOME", str(ws.root / "dagster"))
+    (repair,) = ws.ingest()
+    assert repair.success, repair.error
+    # Batches the killed run finished are complete: the repair reads only the others.
+    assert repair.assets["source_documents"]["batches_to_process"] < 4
+    records = ws.records()
+    ids = [r["id"] for r in records]
+    assert len(ids) == len(set(ids)), "duplicates after repair"
+    assert {(r["id"], r["doc_id"]) for r in records} == expected
+    (settled,) = ws.ingest()
+    assert "store_sync" not in settled.assets  # nothing left to repair: the sync is skipped
