@@ -84,7 +84,7 @@ def document_hash(raw_hash: str, fingerprint: str) -> str:
 
 
 #: Stored records folded into per-document facts at a time (bounded memory for the inventory).
-_SCAN_FOLD = 200_000
+_SCAN_FOLD = 50_000
 
 _STORED_SCHEMA = {
     "doc_id": pl.Utf8,
@@ -220,7 +220,7 @@ LISTING_SCHEMA = {
 }
 
 #: Listing entries turned into a frame at a time.
-_LISTING_SLICE = 100_000
+_LISTING_SLICE = 20_000
 
 
 def listing_frame(entries: Iterable[EntryState]) -> pl.DataFrame:
@@ -241,32 +241,43 @@ def plan_inventory_frame(
 ) -> pl.DataFrame:
     """`plan_inventory` on frames: the listing (`listing_frame`) against the stored facts
     (`stored_document_facts`), column-wise, for sources of millions of documents."""
-    first = listing["doc_id"].is_first_distinct()
-    plan = listing.with_columns(first.alias("_first"), pl.int_range(pl.len()).alias("_order"))
-    plan = plan.join(stored, on="doc_id", how="left", maintain_order="left")
     complete = (
         (pl.col("hash_min") == pl.col("hash_max"))
         & (pl.col("count_min") == pl.col("count_max"))
         & (pl.col("count_min") == pl.col("records"))
+    )
+    # Only what the statuses need, joined in listing order (no copy of the facts' hashes twice).
+    facts = stored.select(
+        "doc_id",
+        pl.col("hash_min").alias("_stored_hash"),
+        complete.alias("_complete"),
+        pl.col("needs_asking").alias("_asking"),
+    )
+    plan = listing.with_columns(pl.col("doc_id").is_first_distinct().alias("_first")).join(
+        facts, on="doc_id", how="left", maintain_order="left"
     )
     status = (
         pl.when(~pl.col("_first"))
         .then(pl.lit(FAILED))
         .when(pl.col("error").is_not_null() | pl.col("doc_hash").is_null())
         .then(pl.lit(FAILED))
-        .when(pl.col("records").is_null())
+        .when(pl.col("_complete").is_null())
         .then(pl.lit(NEW))
-        .when(~complete)
+        .when(~pl.col("_complete"))
         .then(pl.lit(REPAIR))
-        .when((pl.col("doc_hash") != pl.col("hash_min")) | pl.lit(force))
+        .when((pl.col("doc_hash") != pl.col("_stored_hash")) | pl.lit(force))
         .then(pl.lit(CHANGED))
-        .when(pl.col("needs_asking"))
+        .when(pl.col("_asking"))
         .then(pl.lit(RESCREEN))
         .otherwise(pl.lit(UNCHANGED))
     )
     duplicate = ~pl.col("_first")
     failed = status == FAILED
-    plan = plan.with_columns(
+    listed = plan.select(
+        pl.lit(source).alias("source"),
+        "doc_id",
+        "source_uri",
+        "doc_hash",
         status.alias("status"),
         pl.when(duplicate)
         .then(pl.lit("duplicate"))
@@ -280,12 +291,10 @@ def plan_inventory_frame(
         .then(pl.col("error"))
         .otherwise(None)
         .alias("error"),
-        pl.lit(source).alias("source"),
     )
-    listed = plan.sort("_order").select(list(INVENTORY_SCHEMA))
     gone = (
         stored.select("doc_id")
-        .join(listing.select("doc_id").unique(), on="doc_id", how="anti")
+        .join(listing.select("doc_id"), on="doc_id", how="anti")
         .sort("doc_id")
         .with_columns(
             pl.lit(source).alias("source"),
