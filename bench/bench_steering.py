@@ -195,6 +195,9 @@ def main() -> None:
     parser.add_argument("--guard-docs", type=int, default=300)
     parser.add_argument("--skip-guard", action="store_true")
     parser.add_argument(
+        "--skip-requests", action="store_true", help="only the guard on/off ingest timing"
+    )
+    parser.add_argument(
         "--context-tokens",
         type=int,
         nargs="+",
@@ -206,15 +209,16 @@ def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    print(
-        "| paragraphs | token budget | screen requests / 1k | enrich requests / 1k | total / 1k | "
-        "most questions in a request | tokens / own, screen + enrich (client estimate) | "
-        "tokens / own, screen + enrich (Qwen3.5 tokenizer, exact) | wall (screen + enrich) |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for budget in args.context_tokens:
-        for row in bench_requests(args.paragraphs, budget):
-            print(row, flush=True)
+    if not args.skip_requests:
+        print(
+            "| paragraphs | token budget | screen requests / 1k | enrich requests / 1k | total / 1k | "
+            "most questions in a request | tokens / own, screen + enrich (client estimate) | "
+            "tokens / own, screen + enrich (Qwen3.5 tokenizer, exact) | wall (screen + enrich) |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for budget in args.context_tokens:
+            for row in bench_requests(args.paragraphs, budget):
+                print(row, flush=True)
     if not args.skip_guard:
         print()
         print("| corpus | guard off | guard on | guard adds |")
