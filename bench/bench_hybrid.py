@@ -2,6 +2,9 @@
 
     python bench/bench_hybrid.py cache      # ingest SciFact (project chunking, MiniLM) once and
                                             # cache chunk records + query vectors in bench/results
+    python bench/bench_hybrid.py cache --from-store DIR
+                                            # the same from a collection already ingested (the
+                                            # eval harness's eval-scifact under data_dir DIR)
     python bench/bench_hybrid.py quality    # nDCG@10, recall@10, recall@100 on the train qrels
     python bench/bench_hybrid.py speed      # query p50 per store and mode, text index build time
 
@@ -39,15 +42,15 @@ QUALITY_DEPTH = 300
 
 
 def cache(args: argparse.Namespace) -> None:
-    import polars as pl
     import yaml
 
     from clef_pipelines.config import load_settings
-    from clef_pipelines.embedding import make_embedder
     from clef_pipelines.jobs.launch import run_ingestion
-    from clef_pipelines.stores import open_store
 
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.from_store:
+        dump(pathlib.Path(args.from_store), args.collection)
+        return
     state = RESULTS / "scifact-state"
     cfg = RESULTS / "scifact.yaml"
     cfg.write_text(
@@ -70,15 +73,31 @@ def cache(args: argparse.Namespace) -> None:
     if not report.success:
         raise SystemExit(f"ingestion failed: {report.error}")
     print(f"ingested in {time.perf_counter() - started:.0f} s")
-    store = open_store(settings.store, settings.data_path)
-    ids = store.list_ids("scifact")
+    dump(settings.data_path, "scifact", settings.store, settings.embedder)
+
+
+def dump(
+    data_dir: pathlib.Path, collection: str, store_cfg: Any = None, emb_cfg: Any = None
+) -> None:
+    """Cache an ingested collection's records (vectors included) and every query's vector."""
+    import polars as pl
+
+    from clef_pipelines.config import EmbedderConfig
+    from clef_pipelines.embedding import make_embedder
+    from clef_pipelines.stores import open_store
+    from clef_pipelines.stores.config import StoreConfig
+
+    store = open_store(store_cfg or StoreConfig(kind="lancedb"), data_dir)
+    ids = store.list_ids(collection)
+    if not ids:
+        raise SystemExit(f"collection {collection!r} under {data_dir} is empty or missing")
     rows = []
     for i in range(0, len(ids), 1000):
-        rows.extend(store.get("scifact", ids[i : i + 1000], with_vectors=True))
+        rows.extend(store.get(collection, ids[i : i + 1000], with_vectors=True))
     pl.DataFrame(rows).write_parquet(CHUNKS)
-    print(f"{len(rows)} chunks -> {CHUNKS}")
+    print(f"{len(rows)} chunks of {collection} -> {CHUNKS}")
     queries = [json.loads(line) for line in (DATA / "queries.jsonl").open() if line.strip()]
-    embedder = make_embedder(settings.embedder)
+    embedder = make_embedder(emb_cfg or EmbedderConfig())
     vecs = embedder.embed([q["text"] for q in queries])
     pl.DataFrame(
         {
@@ -207,9 +226,9 @@ def stores(kinds: list[str]) -> Iterator[Any]:
 # ------------------------------------------------------------------------------ quality
 
 
-def train_qrels() -> dict[str, set[str]]:
+def train_qrels(split: str = "train") -> dict[str, set[str]]:
     qrels: dict[str, set[str]] = {}
-    for line in (DATA / "qrels" / "train.tsv").read_text().splitlines()[1:]:
+    for line in (DATA / "qrels" / f"{split}.tsv").read_text().splitlines()[1:]:
         qid, doc, rel = line.split("\t")[:3]
         if int(rel) > 0:
             qrels.setdefault(qid, set()).add(doc)
@@ -241,7 +260,13 @@ def quality(args: argparse.Namespace) -> None:
     queries = queries.filter(queries["query_id"].is_in(list(qrels)))
     if args.limit:
         queries = queries.head(args.limit)
-    fusion = FusionConfig(method=args.fusion, rrf_k=args.rrf_k, candidates=QUALITY_DEPTH)
+    fusion = FusionConfig(
+        method=args.fusion,
+        rrf_k=args.rrf_k,
+        candidates=args.candidates or QUALITY_DEPTH,
+        vector_weight=args.vector_weight,
+        text_weight=args.text_weight,
+    )
     rows = []
     with stores(args.kinds) as factory:
         for kind in args.kinds:
@@ -265,7 +290,10 @@ def quality(args: argparse.Namespace) -> None:
                         row[m] = round(float(np.mean([p[m] for p in per_query])), 4)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    out = RESULTS / f"hybrid_quality_{args.fusion}.json"
+    out = RESULTS / (
+        f"hybrid_quality_{args.fusion}_k{args.rrf_k}_d{fusion.candidates}"
+        f"_w{args.vector_weight:g}-{args.text_weight:g}.json"
+    )
     out.write_text(json.dumps(rows, indent=1))
     print("\n| store | mode | nDCG@10 | recall@10 | recall@100 |\n|---|---|---|---|---|")
     for r in rows:
@@ -273,6 +301,92 @@ def quality(args: argparse.Namespace) -> None:
             f"| {r['store']} | {r['mode']} | {r['ndcg@10']:.3f} | {r['recall@10']:.3f} | "
             f"{r['recall@100']:.3f} |"
         )
+
+
+# ------------------------------------------------------------------------------ tune
+
+
+def tune(args: argparse.Namespace) -> None:
+    """Fusion settings compared on the SciFact train qrels (the only labelled split here): each
+    store is asked once per query (lists QUALITY_DEPTH deep), then fused offline. The train
+    queries are split in two stable halves by a hash of the id: settings are chosen on the
+    `tune` half and shown on the `check` half, which chooses nothing, and on all of train."""
+    from clef_pipelines.evals.clef_systems import dev_split
+    from clef_pipelines.retrieval.config import FusionConfig
+    from clef_pipelines.retrieval.fusion import fuse
+
+    records, queries = load_cached()
+    train = train_qrels("train")
+    half = dev_split(sorted(train))
+    splits = {
+        "tune": {q: r for q, r in train.items() if q in half},
+        "check": {q: r for q, r in train.items() if q not in half},
+        "train": train,
+    }
+    queries = queries.filter(queries["query_id"].is_in(list(train)))
+    lists: dict[str, tuple[list[Any], list[Any]]] = {}
+    with stores([args.kind]) as factory, factory(args.kind) as store:
+        load(store, records)
+        for q in queries.iter_rows(named=True):
+            lists[q["query_id"]] = (
+                store.query("scifact", q["vector"], top_k=QUALITY_DEPTH),
+                store.text_query("scifact", q["text"], top_k=QUALITY_DEPTH),
+            )
+
+    def score(cfg: FusionConfig | str, split: str) -> dict[str, float]:
+        per_query = []
+        for qid, relevant in splits[split].items():
+            vector, text = lists[qid]
+            if cfg == "vector":
+                hits = vector
+            elif cfg == "text":
+                hits = text
+            else:
+                hits = fuse(vector[: cfg.candidates], text[: cfg.candidates], cfg)  # type: ignore[union-attr]
+            per_query.append(metrics(doc_ranking(hits), relevant))
+        return {m: round(float(np.mean([p[m] for p in per_query])), 4) for m in per_query[0]}
+
+    grid: list[FusionConfig] = []
+    for depth in (30, 100, 300):
+        for k in (5, 10, 20, 30, 60, 100):
+            for vw, tw in ((1.0, 1.0), (1.0, 0.75), (1.0, 0.5), (0.75, 1.0), (0.5, 1.0)):
+                grid.append(
+                    FusionConfig(rrf_k=k, candidates=depth, vector_weight=vw, text_weight=tw)
+                )
+        for vw, tw in ((1.0, 1.0), (1.0, 0.75), (1.0, 0.5), (0.75, 1.0), (0.5, 1.0)):
+            grid.append(
+                FusionConfig(method="weighted", candidates=depth, vector_weight=vw, text_weight=tw)
+            )
+    rows = [{"fusion": name, "tune": score(name, "tune")} for name in ("vector", "text")]
+    for cfg in grid:
+        k = f" k={cfg.rrf_k}" if cfg.method == "rrf" else ""
+        label = (
+            f"{cfg.method}{k} depth={cfg.candidates} w={cfg.vector_weight:g}/{cfg.text_weight:g}"
+        )
+        rows.append({"fusion": label, "tune": score(cfg, "tune"), "cfg": cfg})
+    default = FusionConfig(candidates=100)
+    best = max(rows[2:], key=lambda r: r["tune"]["ndcg@10"])
+    shown = [*rows[:2], {"fusion": "default rrf k=60 depth=100 w=1/1", "cfg": default}, best]
+    print(
+        f"store {args.kind}; train {len(train)} queries = tune {len(splits['tune'])} + check "
+        f"{len(splits['check'])}; {len(grid)} fusion settings tried on the tune half"
+    )
+    print("\n| fusion | half | nDCG@10 | recall@10 | recall@100 |\n|---|---|---|---|---|")
+    for r in shown:
+        cfg = r.get("cfg") or r["fusion"]
+        for split in ("tune", "check", "train"):
+            m = r[split] = score(cfg, split)
+            print(
+                f"| {r['fusion']} | {split} | {m['ndcg@10']:.3f} | {m['recall@10']:.3f} | "
+                f"{m['recall@100']:.3f} |"
+            )
+    top = sorted(rows[2:], key=lambda r: -r["tune"]["ndcg@10"])[:10]
+    print("\ntop 10 on the tune half (nDCG@10):")
+    for r in top:
+        print(f"  {r['tune']['ndcg@10']:.4f}  {r['fusion']}")
+    out = RESULTS / f"hybrid_tune_{args.kind}.json"
+    out.write_text(json.dumps([{k: v for k, v in r.items() if k != "cfg"} for r in rows], indent=1))
+    print(f"-> {out}")
 
 
 # ------------------------------------------------------------------------------ speed
@@ -286,7 +400,7 @@ def speed(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(0)
     picks = rng.choice(queries.height, size=min(args.queries, queries.height), replace=False)
     sample = [queries.row(int(i), named=True) for i in picks]
-    fusion = FusionConfig()
+    fusion = FusionConfig(candidates=args.candidates) if args.candidates else FusionConfig()
     rows = []
     with stores(args.kinds) as factory:
         for size in args.sizes:
@@ -301,18 +415,21 @@ def speed(args: argparse.Namespace) -> None:
                         for q in sample[:5]:  # warm caches
                             search(store, "scifact", mode=mode, text=q["text"],
                                    vector=q["vector"], top_k=args.top_k, fusion=fusion)  # fmt: skip
-                        lat = []
-                        for q in sample:
+                    # Modes interleaved per query, so load from elsewhere hits all three alike.
+                    lat: dict[str, list[float]] = {mode: [] for mode in MODES}
+                    for q in sample:
+                        for mode in MODES:
                             started = time.perf_counter()
                             search(store, "scifact", mode=mode, text=q["text"],
                                    vector=q["vector"], top_k=args.top_k, fusion=fusion)  # fmt: skip
-                            lat.append((time.perf_counter() - started) * 1000)
-                        row[f"{mode}_p50_ms"] = round(float(np.percentile(lat, 50)), 2)
-                        row[f"{mode}_p95_ms"] = round(float(np.percentile(lat, 95)), 2)
+                            lat[mode].append((time.perf_counter() - started) * 1000)
+                    for mode in MODES:
+                        row[f"{mode}_p50_ms"] = round(float(np.percentile(lat[mode], 50)), 2)
+                        row[f"{mode}_p95_ms"] = round(float(np.percentile(lat[mode], 95)), 2)
                     row["hybrid/vector"] = round(row["hybrid_p50_ms"] / row["vector_p50_ms"], 2)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
-    (RESULTS / "hybrid_speed.json").write_text(json.dumps(rows, indent=1))
+    (RESULTS / f"hybrid_speed_d{fusion.candidates}.json").write_text(json.dumps(rows, indent=1))
     print(
         "\n| store | rows | load s | index step s | vector p50 ms | text p50 ms | "
         "hybrid p50 ms | hybrid / vector |\n|---|---|---|---|---|---|---|---|"
@@ -328,24 +445,32 @@ def speed(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("cache", help="ingest SciFact once and cache chunks and query vectors")
+    c = sub.add_parser("cache", help="ingest SciFact once and cache chunks and query vectors")
+    c.add_argument("--from-store", help="data_dir of a LanceDB store that already holds it")
+    c.add_argument("--collection", default="eval-scifact", help="with --from-store")
     q = sub.add_parser("quality", help="nDCG@10, recall@10, recall@100 on the train qrels")
     q.add_argument("--kinds", type=lambda s: s.split(","), default=["lancedb"])
     q.add_argument("--fusion", choices=["rrf", "weighted"], default="rrf")
     q.add_argument("--rrf-k", type=int, default=60)
+    q.add_argument("--candidates", type=int, default=0, help="Per-list depth (default 300).")
+    q.add_argument("--vector-weight", type=float, default=1.0)
+    q.add_argument("--text-weight", type=float, default=1.0)
     q.add_argument("--limit", type=int, default=0, help="Only the first N train queries.")
     q.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
+    t = sub.add_parser("tune", help="fusion settings chosen on half of train, checked on the rest")
+    t.add_argument("--kind", default="lancedb")
     p = sub.add_parser("speed", help="query p50 per store and mode; load and index time")
     p.add_argument("--kinds", type=lambda s: s.split(","), default=["lancedb", "pgvector"])
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[0, 100_000])
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--top-k", type=int, default=30, help="retrieval.top_k (the default: 30)")
+    p.add_argument("--candidates", type=int, default=0, help="fusion.candidates (default: its)")
     args = parser.parse_args()
     if args.cmd == "speed":
         # size 0: the SciFact collection as ingested.
         n = len(load_cached()[0])
         args.sizes = [s or n for s in args.sizes]
-    {"cache": cache, "quality": quality, "speed": speed}[args.cmd](args)
+    {"cache": cache, "quality": quality, "tune": tune, "speed": speed}[args.cmd](args)
 
 
 if __name__ == "__main__":

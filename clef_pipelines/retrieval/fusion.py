@@ -1,7 +1,8 @@
 """Vector, full-text and hybrid search over any store, and the fusion of ranked lists.
 
 Hybrid search asks the store twice (nearest vectors, best full-text matches), each for
-``fusion.candidates`` hits under the same filter, and fuses the two lists:
+``fusion.candidates`` hits under the same filter (both at once where the store's reads overlap,
+``VectorStore.concurrent_reads``), and fuses the two lists:
 
 - ``rrf`` (default): reciprocal rank fusion, ``sum_i w_i / (k + rank_i)``. It needs no score
   calibration between a cosine similarity and a BM25 / ts_rank value, which differ per engine.
@@ -18,7 +19,9 @@ Plain functions: the recall step and the eval harness call `search` with a mode.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -98,10 +101,34 @@ def search(
     if mode != "hybrid":
         raise ValueError(f"unknown recall mode {mode!r} (vector, text or hybrid)")
     depth = max(top_k, fusion.candidates)
+    text_future = None
+    if store.concurrent_reads:
+        # The full-text list is fetched while the vector list is: hybrid costs about the
+        # slower of the two, not their sum.
+        text_future = _pool().submit(
+            store.text_query, collection, text or "", top_k=depth, **common
+        )
     vector_hits = store.query(collection, list(vector), top_k=depth, **common)  # type: ignore[arg-type]
     try:
-        text_hits = store.text_query(collection, text or "", top_k=depth, **common)
+        text_hits = (
+            text_future.result()
+            if text_future is not None
+            else store.text_query(collection, text or "", top_k=depth, **common)
+        )
     except NoTextSearch as exc:
         log.warning("hybrid recall by vector alone: %s", exc)
         return vector_hits[:top_k]
     return fuse(vector_hits, text_hits, fusion)[:top_k]
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One small pool per process for the full-text half of hybrid searches."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="clef-hybrid")
+        return _POOL

@@ -73,6 +73,9 @@ class VectorStore(ABC):
     """A small base class; one file per backend; all held to tests/stores/test_conformance.py."""
 
     kind: str = "base"
+    #: Reads may run from two threads at once and then overlap (the engine works outside the
+    #: GIL): hybrid search then asks for the vector and the full-text list concurrently.
+    concurrent_reads: bool = False
 
     @abstractmethod
     def ensure_collection(self, spec: CollectionSpec) -> None:

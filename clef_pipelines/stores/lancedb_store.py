@@ -93,6 +93,7 @@ _SCAN_BATCH = 20_000
 
 class LanceDBStore(VectorStore):
     kind = "lancedb"
+    concurrent_reads = True  # searches run in LanceDB's Rust runtime, outside the GIL
 
     def __init__(
         self,
