@@ -235,23 +235,23 @@ class ClefClient:
             raise ClefNotConfigured(self.backend.describe())
         model = model or self.backend.model
         parsed = parse_questions(dict(questions))
-        parts = self._plan(state, parsed)
+        # Dumped once: planning counts these and the requests are built from them.
+        dumped = {qid: q.model_dump(mode="json", exclude_none=True) for qid, q in parsed.items()}
+        parts, state_n = self._plan(state, dumped)
         requests = [
             parse_request(
                 {
                     "model": model,
                     "state": state,
-                    "questions": {
-                        qid: q.model_dump(mode="json", exclude_none=True) for qid, q in part.items()
-                    },
+                    "questions": part,
                     **({"images": list(images)} if images else {}),
                 }
             )
             for part in parts
         ]
         if len(requests) == 1:
-            return await self._ask_one(requests[0], use_cache)
-        answers = await asyncio.gather(*(self._ask_one(r, use_cache) for r in requests))
+            return await self._ask_one(requests[0], use_cache, state_n)
+        answers = await asyncio.gather(*(self._ask_one(r, use_cache, state_n) for r in requests))
         merged: dict[str, Any] = {}
         for a in answers:
             merged.update(a.answers)
@@ -290,8 +290,9 @@ class ClefClient:
 
     # ---- inside -----------------------------------------------------------------------
 
-    def _plan(self, state: Any, questions: dict[str, Any]) -> list[dict[str, Any]]:
-        """Group questions so each request fits the budget and holds at most 64."""
+    def _plan(self, state: Any, questions: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
+        """Group questions so each request fits the budget and holds at most 64; also the
+        state's token count, which every part shares."""
         counter = self.backend.counter
         budget = self.context_tokens
         st = state_tokens(counter, state)
@@ -324,7 +325,7 @@ class ClefClient:
                 used = 0
             parts[-1][qid] = q
             used += n
-        return parts
+        return parts, st
 
     def _pacer_now(self) -> Pacer:
         if self._pacer is None:
@@ -368,7 +369,11 @@ class ClefClient:
         # any one of them retrying at once.
         return cap / 2 + random.uniform(0, cap / 2)
 
-    async def _ask_one(self, request: SystemOneRequest, use_cache: bool) -> SystemOneResponse:
+    async def _ask_one(
+        self, request: SystemOneRequest, use_cache: bool, state_n: int
+    ) -> SystemOneResponse:
+        """One request; `state_n`: its state's token count, as `_plan` counted it (a state
+        of thousands of tokens is not counted twice)."""
         started = time.perf_counter()
         wire = request.wire()
         key = cache_key(self._cache_id, request.model, wire) if self.cache is not None else None
@@ -381,7 +386,7 @@ class ClefClient:
         await self.start()
         pacer = self._pacer_now()
         counter = self.backend.counter
-        tokens = state_tokens(counter, request.state)
+        tokens = state_n
         # The token limiter is charged for the whole input: state, questions and prompt.
         charge = tokens + counter.count(canonical_json(wire["questions"])) + PROMPT_OVERHEAD_TOKENS
         retrying = AsyncRetrying(

@@ -58,6 +58,60 @@ class TokenCounter(Protocol):
     def count(self, text: str) -> int: ...
 
 
+def _piece_tokens(piece: str) -> int:
+    """Tokens of one pre-tokenizer piece (a word with its lead, a digit, a punctuation run, a
+    whitespace run): a function of the piece alone, so it is memoised in `_PIECE_TOKENS`."""
+    word = piece[1:] if piece[0] == " " else piece
+    if word.isascii() and word.isalpha():  # the common case: an English word
+        return (len(word) + _ASCII_LETTERS_PER_TOKEN - 1) // _ASCII_LETTERS_PER_TOKEN
+    if piece.isspace():
+        # Newline runs are one token; runs of spaces (indentation) about four a token.
+        return 1 if ("\n" in piece or "\r" in piece) else math.ceil(len(piece) / 4)
+    if piece.isdigit():
+        return len(piece)
+    if any(ch.isalpha() for ch in piece):
+        ascii_letters = other = lead = 0
+        for i, ch in enumerate(piece):
+            if ch.isascii() and (ch.isalpha() or ch == "'"):
+                ascii_letters += 1
+            elif ch.isalpha() or not ch.isascii():
+                other += 1
+            elif i == 0 and ch != " ":
+                lead = 1  # a leading punctuation mark joins the word, or not
+        return lead + other + math.ceil(ascii_letters / _ASCII_LETTERS_PER_TOKEN)
+    return math.ceil(len(piece.strip(" ")) / _PUNCT_PER_TOKEN)
+
+
+# Why memoise: a query's classify requests count every passage, question header, option and
+# whole state, some of them twice (planning, then pacing), about 30 ms of CPU a query with the
+# per-piece loop. Words repeat, so their costs are kept (bounded: cleared when full); whole
+# texts up to _TEXT_CACHE_CHARS (question wording, options, passages) are kept in an LRU.
+_PIECE_TOKENS: dict[str, int] = {}
+_PIECE_CACHE_MAX = 200_000
+_TEXT_CACHE_CHARS = 16_384
+
+
+def _estimate(text: str) -> int:
+    pieces = _PIECES.findall(text)
+    known = _PIECE_TOKENS
+    try:
+        return sum(map(known.__getitem__, pieces))  # every piece seen before: C speed
+    except KeyError:
+        pass
+    if len(known) > _PIECE_CACHE_MAX:
+        known.clear()
+    n = 0
+    for piece in pieces:
+        cost = known.get(piece)
+        if cost is None:
+            cost = known[piece] = _piece_tokens(piece)
+        n += cost
+    return n
+
+
+_estimate_cached = lru_cache(maxsize=4096)(_estimate)
+
+
 class EstimateCounter:
     """Qwen3.5 tokens, estimated without the vocabulary (see the module docstring): a little
     over the real count on a whole request, never far under on a single text."""
@@ -68,30 +122,9 @@ class EstimateCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        n = 0
-        per = _ASCII_LETTERS_PER_TOKEN
-        for piece in _PIECES.findall(text):
-            word = piece[1:] if piece[0] == " " else piece
-            if word.isascii() and word.isalpha():  # the common case: an English word
-                n += (len(word) + per - 1) // per
-            elif piece.isspace():
-                # Newline runs are one token; runs of spaces (indentation) about four a token.
-                n += 1 if ("\n" in piece or "\r" in piece) else math.ceil(len(piece) / 4)
-            elif piece.isdigit():
-                n += len(piece)
-            elif any(ch.isalpha() for ch in piece):
-                ascii_letters = other = lead = 0
-                for i, ch in enumerate(piece):
-                    if ch.isascii() and (ch.isalpha() or ch == "'"):
-                        ascii_letters += 1
-                    elif ch.isalpha() or not ch.isascii():
-                        other += 1
-                    elif i == 0 and ch != " ":
-                        lead = 1  # a leading punctuation mark joins the word, or not
-                n += lead + other + math.ceil(ascii_letters / per)
-            else:
-                n += math.ceil(len(piece.strip(" ")) / _PUNCT_PER_TOKEN)
-        return n
+        if len(text) <= _TEXT_CACHE_CHARS:
+            return _estimate_cached(text)
+        return _estimate(text)
 
 
 class QwenCounter:
@@ -158,9 +191,19 @@ def question_tokens(counter: TokenCounter, qid: str, question: Any, index: int =
     else:
         options = [(str(i), d) for i, d in enumerate(criteria or [])]
     for k, (oid, desc) in enumerate(options, start=1):
-        sem = {"option_id": oid} if desc is None else {"option_id": oid, "description": desc}
-        n += counter.count(_OPTION_TEXT.format(k=k)) + counter.count(_render(sem))
+        if desc is None or isinstance(desc, str):
+            n += _option_tokens(counter, k, oid, desc)  # the common case, memoised
+        else:
+            n += _option_tokens.__wrapped__(counter, k, oid, desc)
     return n
+
+
+@lru_cache(maxsize=4096)
+def _option_tokens(counter: TokenCounter, k: int, oid: str, desc: Any) -> int:
+    """One option's header and its JSON (a noul question's two options are the same every
+    time: rendering them per question cost more than counting them)."""
+    sem = {"option_id": oid} if desc is None else {"option_id": oid, "description": desc}
+    return counter.count(_OPTION_TEXT.format(k=k)) + counter.count(_render(sem))
 
 
 def state_tokens(counter: TokenCounter, state: Any) -> int:

@@ -13,9 +13,11 @@ the other built.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,6 +28,10 @@ _LAYERS = 6
 _HEADS = 12
 _EPS = 1e-12
 _MAX_TOKENS = 256  # the model's window, [CLS] and [SEP] included
+# Python floats, not numpy scalars: under numpy 2's promotion rules (NEP 50) a float32 array
+# divided by `np.sqrt(2.0)` (a float64 scalar) becomes float64, and every later layer then
+# cast its float32 weights to float64 on each call (measured: 90 ms a query instead of 10).
+_SQRT2 = math.sqrt(2.0)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -94,7 +100,9 @@ def _map_safetensors(path: Path) -> dict[str, np.ndarray]:
             raise EmbedderError(f"{path}: tensor {name} does not match its byte range")
         # Weights in another float type are converted once; integer buffers stay as they are.
         floating = np.issubdtype(dtype, np.floating) and dtype is not np.float32
-        out[name] = np.asarray(arr, dtype=np.float32) if floating else arr
+        # np.asarray: a plain ndarray view of the map (no copy), so arithmetic on it makes
+        # plain arrays, not np.memmap subclasses with their per-result bookkeeping.
+        out[name] = np.asarray(arr, dtype=np.float32) if floating else np.asarray(arr)
     return out
 
 
@@ -102,6 +110,24 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
     return (x - mean) / np.sqrt(var + _EPS) * w + b
+
+
+_BLAS: Any = None
+
+
+def _one_blas_thread() -> Any:
+    """A context limiting numpy's BLAS to one thread, or None without threadpoolctl. The
+    controller finds the loaded BLAS libraries once (numpy's is loaded with numpy): a fresh
+    `threadpool_limits` scans every loaded library again, about 1 ms a query."""
+    global _BLAS
+    if _BLAS is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _BLAS = False
+        else:
+            _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas") if _BLAS else None
 
 
 class NumpyMiniLMEmbedder(Embedder):
@@ -171,7 +197,7 @@ class NumpyMiniLMEmbedder(Embedder):
             q = split(proj(x, "attention.self.query"))
             k = split(proj(x, "attention.self.key"))
             v = split(proj(x, "attention.self.value"))
-            scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(head) + bias
+            scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head) + bias
             scores -= scores.max(-1, keepdims=True)
             probs = np.exp(scores)
             probs /= probs.sum(-1, keepdims=True)
@@ -182,7 +208,7 @@ class NumpyMiniLMEmbedder(Embedder):
                 w[p + "attention.output.LayerNorm.bias"],
             )
             h = proj(x, "intermediate.dense")
-            h = 0.5 * h * (1.0 + _erf(h / np.sqrt(2.0)))
+            h = 0.5 * h * (1.0 + _erf(h / _SQRT2))
             x = _layer_norm(
                 proj(h, "output.dense") + x,
                 w[p + "output.LayerNorm.weight"],
@@ -200,11 +226,10 @@ class NumpyMiniLMEmbedder(Embedder):
         # A query is a few small matrix products: BLAS threads only fight over the cores
         # (measured here: 50 ms with one thread, 300 to 1,100 ms with the default on a busy
         # 2-core machine).
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:
+        limiter = _one_blas_thread()
+        if limiter is None:
             return self._embed_batches(texts)
-        with threadpool_limits(limits=1, user_api="blas"):
+        with limiter:
             return self._embed_batches(texts)
 
     def _embed_batches(self, texts: Sequence[str]) -> np.ndarray:

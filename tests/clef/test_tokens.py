@@ -76,6 +76,25 @@ def test_estimate_basics() -> None:
     assert est.count("é") == 1
 
 
+def test_memoised_estimate_counts_as_the_plain_loop() -> None:
+    """The memoised counter (piece costs and whole texts kept) gives the number the per-piece
+    loop gives, on first sight of a text and from the caches, short texts and long ones."""
+    from clef_pipelines.clef.tokens import _PIECES, _TEXT_CACHE_CHARS, _piece_tokens
+
+    texts = [
+        "About `s3`: `is_relevant`",
+        "    def f(x_1):\n        return {'a': [1, 2.5]}  # ok\r\n",
+        *CJK_AND_OTHERS,
+        "It's 2,048 tokens -- \"quoted\", (parenthesised) and don't-split_words " * 300,
+    ]
+    assert len(texts[-1]) > _TEXT_CACHE_CHARS  # past the whole-text cache
+    est = EstimateCounter()
+    for t in texts:
+        plain = sum(_piece_tokens(p) for p in _PIECES.findall(t))
+        assert est.count(t) == plain  # first time
+        assert est.count(t) == plain  # from the caches
+
+
 def test_counter_choice(qwen: QwenCounter) -> None:
     assert isinstance(counter_for(None), EstimateCounter)
     exact = counter_for(None, "qwen")
