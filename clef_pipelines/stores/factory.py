@@ -99,6 +99,7 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             hnsw_ef_construction=p.hnsw_ef_construction,
             ef_search=p.ef_search,
             maintenance_work_mem=p.maintenance_work_mem,
+            text_candidates=p.text_candidates,
         )
     if kind == "memory":
         return _process_memory_store()

@@ -404,10 +404,16 @@ def _lance(node: Node) -> str:
 # --------------------------------------------------------------------------------- Postgres
 
 
-def to_pg(node: Node, columns: Mapping[str, str] | None = None) -> _sql.Composable:
+def to_pg(
+    node: Node, columns: Mapping[str, str] | None = None, *, named: str | None = None
+) -> _sql.Composable:
     """A ``psycopg.sql`` condition with ``%s`` placeholders (each cast to the column's type);
-    the values travel separately as parameters, from `pg_params`, never formatted into SQL."""
+    the values travel separately as parameters, from `pg_params`, never formatted into SQL.
+    With ``named``, the placeholders are ``%(<named>0)s``, ``%(<named>1)s``, ... in the order
+    of `pg_params` (a statement that uses the condition twice)."""
     from psycopg import sql
+
+    count = 0
 
     def col(field: str) -> sql.Composable:
         return sql.Identifier((columns or {}).get(field, field))
@@ -415,8 +421,11 @@ def to_pg(node: Node, columns: Mapping[str, str] | None = None) -> _sql.Composab
     casts = {"str": "text", "int": "bigint", "float": "double precision", "bool": "boolean"}
 
     def param(ftype: FieldType, array: bool = False) -> sql.Composable:
+        nonlocal count
+        holder = sql.Placeholder() if named is None else sql.Placeholder(f"{named}{count}")
+        count += 1
         return sql.SQL("CAST({} AS {})").format(
-            sql.Placeholder(), sql.SQL(casts[ftype] + ("[]" if array else ""))
+            holder, sql.SQL(casts[ftype] + ("[]" if array else ""))
         )
 
     def go(n: Node) -> sql.Composable:

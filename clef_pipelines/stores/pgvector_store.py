@@ -20,6 +20,19 @@
   on every insert and update, so the index is always current and never rebuilt. A query is
   the stemmed terms of ``plainto_tsquery`` joined with OR (a sentence-long query would match
   almost nothing with AND), ranked by ``ts_rank`` with length normalisation.
+- The full-text leg is bounded (``text_candidates``): the OR of a claim's terms matches most
+  of a collection, and ranking every match reads every match's ``_tsv`` (the cost grows with
+  the table: 2.4 s at 100k chunks). Instead one statement takes the query's terms rarest
+  first, by the row frequencies ANALYZE keeps for ``_tsv`` (``pg_stats.most_common_elems``;
+  a term not listed there is rarer than all listed ones and always taken), for as long as
+  their estimated rows fit the budget (and always the rarest term), and ranks only the rows
+  (under the filter) that hold one of those, at most ``max(text_candidates, top_k)`` of
+  them, with the same ``ts_rank`` over all the query's terms as before. A row holding only
+  common terms rarely ranks high; when fewer than top_k rows hold a rare term (a selective
+  filter), rows of the other terms fill the list. Before the first ANALYZE (no frequencies)
+  every match is ranked; ``text_candidates = 0`` always ranks every match (unbounded).
+- Text queries run on a second connection (opened on first use), so hybrid search asks for
+  the vector and the full-text lists at once (``concurrent_reads``): two server processes.
 - Spec and manifest live in ``<schema>._clef_collections``.
 """
 
@@ -88,12 +101,19 @@ def _canonical(metric: Metric, distance: float) -> float:
     return -distance if metric == "dot" else distance  # <#> is the negative inner product
 
 
+def _quote_ident(name: str) -> str:
+    """An identifier quoted for a ``regclass`` literal (PostgreSQL's quote_ident rule)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _ix(name: str, what: str) -> str:
     return "clef_ix_" + hashlib.sha1(f"{name}\x1f{what}".encode()).hexdigest()[:20]
 
 
 class PgVectorStore(VectorStore):
     kind = "pgvector"
+    #: Text queries use their own connection, so they overlap a vector query (hybrid search).
+    concurrent_reads = True
 
     def __init__(
         self,
@@ -104,6 +124,7 @@ class PgVectorStore(VectorStore):
         hnsw_ef_construction: int = 64,
         ef_search: int = 100,
         maintenance_work_mem: str = "512MB",
+        text_candidates: int = 1000,
     ) -> None:
         import psycopg
         from pgvector.psycopg import register_vector
@@ -112,6 +133,12 @@ class PgVectorStore(VectorStore):
             self._conn = psycopg.connect(dsn, autocommit=True)
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        self._dsn = dsn
+        #: The full-text leg's own connection and lock, opened on first use.
+        self._text_conn: Any = None
+        self._text_lock = threading.Lock()
+        #: Rows a full-text query ranks at most (at least top_k); 0: every match.
+        self.text_candidates = text_candidates
         self.schema = schema
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construction = hnsw_ef_construction
@@ -151,21 +178,28 @@ class PgVectorStore(VectorStore):
 
     # ------------------------------------------------------------------ meta
 
-    def _read_meta(self, name: str) -> tuple[dict[str, Any], Any] | None:
+    def _read_meta(
+        self, name: str, *, text_side: bool = False
+    ) -> tuple[dict[str, Any], Any] | None:
+        """The spec and manifest of a collection; ``text_side``: through the full-text leg's
+        connection, so a text query never waits for a vector query's lock."""
         from psycopg import sql
 
-        with self._lock, self._conn.cursor() as cur:
-            cur.execute(
-                sql.SQL("SELECT spec, manifest FROM {} WHERE name = %s").format(
-                    self._t(META_TABLE)
-                ),
-                (name,),
-            )
-            row = cur.fetchone()
+        lock = self._text_lock if text_side else self._lock
+        with lock:
+            conn = self._text_connection() if text_side else self._conn
+            with conn.cursor() as cur:
+                cur.execute(
+                    sql.SQL("SELECT spec, manifest FROM {} WHERE name = %s").format(
+                        self._t(META_TABLE)
+                    ),
+                    (name,),
+                )
+                row = cur.fetchone()
         return None if row is None else (row[0], row[1])
 
-    def get_spec(self, name: str) -> CollectionSpec:
-        meta = self._read_meta(check_collection_name(name))
+    def get_spec(self, name: str, *, text_side: bool = False) -> CollectionSpec:
+        meta = self._read_meta(check_collection_name(name), text_side=text_side)
         if meta is None:
             raise StoreError(f"collection {name!r} does not exist in PostgreSQL")
         return spec_from_json(meta[0])
@@ -495,29 +529,25 @@ class PgVectorStore(VectorStore):
         top_k: int = 10,
         include_quarantined: bool = False,
     ) -> list[Hit]:
-        from psycopg import sql
-
-        spec = self.get_spec(collection)
+        spec = self.get_spec(collection, text_side=True)
         node = text_plan(spec, text, where, top_k, include_quarantined)
         if node is None:
             return []
         cols = self._cols(spec, None)
-        stmt = sql.SQL(
-            "WITH _clef_tsq AS (SELECT replace(plainto_tsquery({lang}::regconfig, %s)::text, "
-            "' & ', ' | ')::tsquery AS _clef_q) "
-            "SELECT {cols}, ts_rank({tsv}, _clef_q, {norm}) AS _clef_r FROM {t}, _clef_tsq "
-            "WHERE {tsv} @@ _clef_q AND {w} ORDER BY _clef_r DESC, id LIMIT %s"
-        ).format(
-            lang=sql.Literal(spec.text_language),
-            cols=sql.SQL(", ").join(sql.Identifier(c) for c in cols),
-            tsv=sql.Identifier(_TSV),
-            norm=sql.Literal(_RANK_NORMALISATION),
-            t=self._t(spec.name),
-            w=to_pg(node),
-        )
-        with self._lock, self._conn.cursor() as cur:
-            cur.execute(stmt, [text, *pg_params(node), top_k])
-            rows = list(cur.fetchall())
+        params: dict[str, Any] = {f"_clef_w{i}": v for i, v in enumerate(pg_params(node))}
+        params.update(text=text, k=top_k)
+        if self.text_candidates > 0:
+            stmt = self._bounded_text_sql(spec, cols, node)
+            params.update(
+                budget=max(self.text_candidates, top_k), schema=self.schema, table=spec.name
+            )
+        else:
+            stmt = self._full_text_sql(spec, cols, node)
+        with self._text_lock:
+            conn = self._text_connection()
+            with conn.cursor() as cur:
+                cur.execute(stmt, params)
+                rows = list(cur.fetchall())
         return [
             Hit(
                 id=r[0],
@@ -527,6 +557,101 @@ class PgVectorStore(VectorStore):
             )
             for r in rows
         ]
+
+    def _text_connection(self) -> Any:
+        """The full-text leg's own connection (the caller holds ``_text_lock``)."""
+        import psycopg
+
+        if self._text_conn is None or self._text_conn.closed:
+            try:
+                self._text_conn = psycopg.connect(self._dsn, autocommit=True)
+            except psycopg.Error as exc:
+                raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+        return self._text_conn
+
+    def _text_parts(self, spec: CollectionSpec, cols: list[str], node: Node) -> dict[str, Any]:
+        from psycopg import sql
+
+        return {
+            "lang": sql.Literal(spec.text_language),
+            "cols": sql.SQL(", ").join(sql.Identifier(c) for c in cols),
+            "tsv": sql.Identifier(_TSV),
+            "norm": sql.Literal(_RANK_NORMALISATION),
+            "t": self._t(spec.name),
+            # Named placeholders (%(_clef_w0)s, ...): the bounded statement uses the filter
+            # twice with one set of parameters.
+            "w": to_pg(node, named="_clef_w"),
+        }
+
+    def _full_text_sql(self, spec: CollectionSpec, cols: list[str], node: Node) -> Any:
+        """Every match ranked (``text_candidates = 0``)."""
+        from psycopg import sql
+
+        return sql.SQL(
+            "WITH _clef_tsq AS (SELECT replace(plainto_tsquery({lang}::regconfig, %(text)s)"
+            "::text, ' & ', ' | ')::tsquery AS _clef_q) "
+            "SELECT {cols}, ts_rank({tsv}, _clef_q, {norm}) AS _clef_r FROM {t}, _clef_tsq "
+            "WHERE {tsv} @@ _clef_q AND {w} ORDER BY _clef_r DESC, id LIMIT %(k)s"
+        ).format(**self._text_parts(spec, cols, node))
+
+    def _bounded_text_sql(self, spec: CollectionSpec, cols: list[str], node: Node) -> Any:
+        """At most ``budget`` rows ranked: those holding one of the query's rarest terms,
+        topped up from the other terms' rows when fewer than k hold one (module docstring)."""
+        from psycopg import sql
+
+        return sql.SQL(
+            # ANALYZE's most common lexemes of _tsv, each with the fraction of rows holding it.
+            "WITH _clef_mce AS ("
+            "SELECT u._clef_e, u._clef_f FROM pg_stats s, unnest(s.most_common_elems::text"
+            "::text[], s.most_common_elem_freqs) AS u(_clef_e, _clef_f) "
+            "WHERE s.schemaname = %(schema)s AND s.tablename = %(table)s "
+            "AND s.attname = {tsv_name}), "
+            # The query's distinct terms with their frequency; a term not listed is rarer than
+            # every listed one (0 here: always taken).
+            "_clef_terms AS ("
+            "SELECT q._clef_lex, coalesce(m._clef_f, 0) AS _clef_f "
+            "FROM unnest(tsvector_to_array(to_tsvector({lang}::regconfig, %(text)s))) "
+            "AS q(_clef_lex) LEFT JOIN _clef_mce m ON m._clef_e = q._clef_lex), "
+            # Rarest first, with the estimated rows of the terms before and up to each one.
+            "_clef_order AS ("
+            "SELECT '''' || replace(replace(_clef_lex, '\\', '\\\\'), '''', '''''') || '''' "
+            "AS _clef_quoted, row_number() OVER (ORDER BY _clef_f, _clef_lex) AS _clef_n, "
+            "sum(_clef_f) OVER (ORDER BY _clef_f, _clef_lex) * (SELECT greatest(reltuples, 0) "
+            "FROM pg_class WHERE oid = {regclass}::regclass) AS _clef_upto FROM _clef_terms), "
+            # A term is taken while the terms so far fit the budget, and the rarest always.
+            # Without statistics (never analysed) every term is taken, every match ranked.
+            "_clef_tsq AS ("
+            "SELECT (string_agg(_clef_quoted, ' | ') FILTER (WHERE _clef_n = 1 "
+            "OR _clef_upto <= %(budget)s OR NOT EXISTS (SELECT 1 FROM _clef_mce)))::tsquery "
+            "AS _clef_rare, "
+            "replace(plainto_tsquery({lang}::regconfig, %(text)s)::text, ' & ', ' | ')"
+            "::tsquery AS _clef_q FROM _clef_order), "
+            # The candidates: row address, id and rank only; the top k's columns are read last.
+            "_clef_hits AS MATERIALIZED ("
+            "SELECT ctid AS _clef_tid, id AS _clef_id, ts_rank({tsv}, _clef_q, {norm}) AS _clef_r "
+            "FROM {t}, _clef_tsq WHERE {tsv} @@ _clef_rare AND {w} "
+            "LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM _clef_mce) THEN %(budget)s END)), "
+            # Only when fewer than k rows hold a rare term (a one-time filter: otherwise this
+            # scan never starts): twice the missing rows (within the budget) from the other
+            # terms, found by reading rows (through the filter's index where it has one) until
+            # enough match, never by a GIN bitmap of every common term's rows (ts_match_vq is
+            # @@ without the index)).
+            "_clef_more AS ("
+            "SELECT ctid AS _clef_tid, id AS _clef_id, ts_rank({tsv}, _clef_q, {norm}) AS _clef_r "
+            "FROM {t}, _clef_tsq WHERE (SELECT count(*) FROM _clef_hits) < %(k)s "
+            "AND ts_match_vq({tsv}, _clef_q) AND NOT ts_match_vq({tsv}, _clef_rare) AND {w} "
+            "LIMIT greatest(0, least(%(budget)s - (SELECT count(*) FROM _clef_hits), "
+            "2 * (%(k)s - (SELECT count(*) FROM _clef_hits))))), "
+            "_clef_top AS ("
+            "SELECT * FROM _clef_hits UNION ALL SELECT * FROM _clef_more "
+            "ORDER BY _clef_r DESC, _clef_id LIMIT %(k)s) "
+            "SELECT {cols}, _clef_top._clef_r FROM _clef_top JOIN {t} ON {t}.ctid = "
+            "_clef_top._clef_tid ORDER BY _clef_top._clef_r DESC, _clef_top._clef_id"
+        ).format(
+            tsv_name=sql.Literal(_TSV),
+            regclass=sql.Literal(f"{_quote_ident(self.schema)}.{_quote_ident(spec.name)}"),
+            **self._text_parts(spec, cols, node),
+        )
 
     def _search(
         self,
@@ -649,3 +774,6 @@ class PgVectorStore(VectorStore):
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._conn.close()
+        if self._text_conn is not None:
+            with contextlib.suppress(Exception):
+                self._text_conn.close()

@@ -200,3 +200,77 @@ def test_pgvector_first_load_is_copied_then_indexed(pg_dsn: str) -> None:
 
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
+    """The bounded full-text leg (store.pgvector.text_candidates) ranks with the same ts_rank
+    as the unbounded one: without statistics it takes every term (the same list), after
+    ANALYZE a list whose rows all hold a rare term is the same list; quoting is safe."""
+    import psycopg
+    from psycopg import sql
+
+    from clef_pipelines.stores.pgvector_store import PgVectorStore
+
+    schema = "tb_" + uuid.uuid4().hex[:8]
+    store = PgVectorStore(pg_dsn, schema=schema, text_candidates=50)
+    try:
+        store.ensure_collection(
+            CollectionSpec(
+                name="t",
+                dimension=4,
+                fields={"body": "str", "doc_id": "str"},
+                filter_fields=("doc_id",),
+                text_fields=("body",),
+            )  # fmt: skip
+        )
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # no statistics until asked
+            conn.execute(
+                sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(
+                    sql.Identifier(schema, "t")
+                )
+            )
+        # Every row holds one of cell/kinase and one of membrane/signal/protein; every 50th
+        # holds zebrafish, cell and kinase.
+        recs = []
+        for i in range(400):
+            body = "zebrafish cell kinase" if i % 50 == 0 else (
+                f"{('cell', 'kinase')[i % 2]} {('membrane', 'signal', 'protein')[i % 3]}"
+            )  # fmt: skip
+            recs.append(
+                {"id": uid(f"t{i}"), "vector": [1.0, 0.0, 0.0, float(i)], "doc_id": f"d{i % 7}",
+                 "body": f"{body} note {i}"}
+            )  # fmt: skip
+        store.upsert("t", recs)
+        by_id = {r["id"]: r for r in recs}
+
+        def ids(text: str, budget: int, **kw: Any) -> list[str]:
+            store.text_candidates = budget
+            return [h.id for h in store.text_query("t", text, top_k=5, **kw)]
+
+        for q in ("zebrafish cell kinase", "membrane signal", "O'Reilly's \\ zebrafish", "the"):
+            assert ids(q, 50) == ids(q, 0), q  # no statistics yet: every term taken
+        store.maintain("t")  # ANALYZE: the term frequencies the bound reads
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                "SELECT array_length(most_common_elem_freqs, 1) FROM pg_stats "
+                "WHERE schemaname = %s AND tablename = 't' AND attname = '_tsv'",
+                (schema,),
+            ).fetchone()
+        assert row and row[0] > 6, row  # zebrafish's frequency is known
+        rare = ids("zebrafish cell kinase", 0)
+        assert len(rare) == 5 and ids("zebrafish cell kinase", 50) == rare  # all hold zebrafish
+        # A filter that leaves 2 zebrafish rows: those first, then rows of the common term.
+        d0 = ids("zebrafish cell", 50, where={"doc_id": "d0"})
+        assert d0[:2] == ids("zebrafish cell", 0, where={"doc_id": "d0"})[:2]
+        assert {by_id[i]["body"].split()[0] for i in d0[:2]} == {"zebrafish"}
+        assert len(d0) == 5 and all(
+            by_id[i]["doc_id"] == "d0" and "cell" in by_id[i]["body"] for i in d0
+        )
+        common = ids("membrane signal", 50)  # common terms only: still k rows that hold one
+        assert len(common) == 5
+        assert all({"membrane", "signal"} & set(by_id[i]["body"].split()) for i in common)
+        assert "zebrafish" in by_id[ids("O'Reilly's \\ zebrafish", 50)[0]]["body"]
+    finally:
+        store.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

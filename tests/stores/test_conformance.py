@@ -729,3 +729,54 @@ def test_hybrid_search(store: VectorStore, method: str) -> None:
     for mode in ("vector", "text", "hybrid"):
         got = search(store, "notes", mode=mode, text="quagga zebra", vector=vec(100), top_k=10)
         assert uid(100) not in {h.id for h in got}, mode
+
+
+# A term in 3 of 43 records, two that are in nearly all of them.
+RARE_AND_COMMON: list[Record] = [
+    *[
+        rec(
+            300 + i,
+            doc_id=f"c{i}",
+            source="pdf" if i % 2 else "web",
+            title=f"Entry {i}",
+            body="Cell protein binding at the cell membrane." if i % 3 else "Protein in a cell.",
+        )
+        for i in range(40)
+    ],
+    rec(200, doc_id="z0", source="web", title="Zebrafish", body="Zebrafish cell protein."),
+    rec(201, doc_id="z1", source="pdf", title="Fins", body="Zebrafish heart regeneration."),
+    rec(
+        202, doc_id="z2", source="web", title="Zebrafish", body="Zebrafish cell.", quarantined=True
+    ),
+]
+
+
+def test_text_query_rare_and_common_terms_fill_k_under_filters(
+    store: VectorStore, kind: str
+) -> None:
+    """A query with one rare term and two common ones: the record holding all three comes
+    first, the rare-term records make the top 2, and k records still come back when a filter
+    leaves fewer rare-term records than k or the query has only common terms; quarantined
+    records stay out. pgvector runs this on its bounded full-text leg (a budget of 8 rows,
+    term frequencies from ANALYZE): the rare term's rows, topped up from the common terms'."""
+    store.ensure_collection(text_spec())
+    store.upsert("notes", RARE_AND_COMMON)
+    store.maintain("notes")  # pgvector: ANALYZE, the term frequencies the bound reads
+    if kind == "pgvector":
+        store.text_candidates = 8  # type: ignore[attr-defined]
+    by_id = {r["id"]: r for r in RARE_AND_COMMON}
+    query = "zebrafish cell protein"
+    top2 = text_ids(store, query, top_k=2)
+    assert top2[0] == uid(200) and set(top2) == {uid(200), uid(201)}
+    ten = text_ids(store, query, top_k=10)
+    assert len(ten) == 10 and ten[0] == uid(200) and uid(202) not in ten
+    assert uid(202) in text_ids(store, query, top_k=3, include_quarantined=True)
+    pdf = store.text_query("notes", query, where={"source": "pdf"}, top_k=5)
+    assert len(pdf) == 5 and all(by_id[h.id]["source"] == "pdf" for h in pdf)
+    # Only common terms: still k records, each holding one of them, best first.
+    common = store.text_query("notes", "cell protein", top_k=5)
+    assert len(common) == 5 and all(h.id != uid(202) for h in common)
+    assert all({"cell", "protein"} & set(h.record["body"].lower().rstrip(".").split())
+               for h in common)  # fmt: skip
+    scores = [h.score for h in common]
+    assert scores == sorted(scores, reverse=True)
