@@ -9,7 +9,8 @@ Hybrid search asks the store twice (nearest vectors, best full-text matches), ea
 - ``weighted``: each list's scores min-max normalised to [0, 1], then ``sum_i w_i * s_i``
   (a record missing from a list gets 0 there).
 
-Fused hits carry the fused value as ``score`` and ``raw_score``; the record is the store's.
+Fused hits carry the fused value as ``score`` and ``raw_score``; the record is the store's
+(read for the fused top_k only, where the store can defer it: ``VectorStore.query_refs``).
 A collection made before full-text search existed (no text fields) answers hybrid queries
 by vector alone, with a warning, until it is ingested again; a text query on it is an error.
 
@@ -102,23 +103,25 @@ def search(
         raise ValueError(f"unknown recall mode {mode!r} (vector, text or hybrid)")
     depth = max(top_k, fusion.candidates)
     text_future = None
+    # Both lists are fetched as refs (records as light as the store can make them) and only
+    # the fused top_k read in full: with 100-deep lists and top_k 30, most hits are dropped.
     if store.concurrent_reads:
         # The full-text list is fetched while the vector list is: hybrid costs about the
         # slower of the two, not their sum.
         text_future = _pool().submit(
-            store.text_query, collection, text or "", top_k=depth, **common
+            store.text_query_refs, collection, text or "", top_k=depth, **common
         )
-    vector_hits = store.query(collection, list(vector), top_k=depth, **common)  # type: ignore[arg-type]
+    vector_hits = store.query_refs(collection, list(vector), top_k=depth, **common)  # type: ignore[arg-type]
     try:
         text_hits = (
             text_future.result()
             if text_future is not None
-            else store.text_query(collection, text or "", top_k=depth, **common)
+            else store.text_query_refs(collection, text or "", top_k=depth, **common)
         )
     except NoTextSearch as exc:
         log.warning("hybrid recall by vector alone: %s", exc)
-        return vector_hits[:top_k]
-    return fuse(vector_hits, text_hits, fusion)[:top_k]
+        return store.fill_records(collection, vector_hits[:top_k])
+    return store.fill_records(collection, fuse(vector_hits, text_hits, fusion)[:top_k])
 
 
 _POOL: ThreadPoolExecutor | None = None

@@ -147,6 +147,42 @@ class VectorStore(ABC):
         ``Hit.score`` is the raw relevance mapped into [0, 1) (`stores.text.text_score`)."""
         raise NoTextSearch(f"the {self.kind} store has no full-text search")
 
+    def query_refs(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        """`query`, where a hit's record may hold only what `fill_records` needs: for hybrid
+        search, which fuses two lists and keeps only top_k of them (a store that reads
+        columns per row saves reading them for hits fusion drops)."""
+        return self.query(
+            collection, vector, where=where, top_k=top_k, include_quarantined=include_quarantined
+        )
+
+    def text_query_refs(
+        self,
+        collection: str,
+        text: str,
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        """`text_query`, with records as in `query_refs`."""
+        return self.text_query(
+            collection, text, where=where, top_k=top_k, include_quarantined=include_quarantined
+        )
+
+    def fill_records(self, collection: str, hits: Sequence[Hit]) -> list[Hit]:
+        """The hits of `query_refs` / `text_query_refs` with their full records, in order.
+        Default: the hits as they are (their records were read with the lists). A store
+        that reads them here drops a hit whose record was removed meanwhile."""
+        return list(hits)
+
     def ensure_text_index(self, collection: str) -> dict[str, Any]:
         """Make the full-text index current: create it if missing, fold in rows written since
         (where the engine indexes in batches); nothing when it is already current. Writes keep

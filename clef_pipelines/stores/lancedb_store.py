@@ -76,6 +76,8 @@ _META_DIR = "_clef_meta"
 _EXTRA = "_extra"
 _TEXT = "_text"
 _ID_CHUNK = 1000
+#: Key of LanceDB's row id in the records of `query_refs` / `text_query_refs` hits.
+_ROW_ID = "_clef_row_id"
 
 
 def _canonical(metric: Metric, distance: float) -> float:
@@ -550,6 +552,28 @@ class LanceDBStore(VectorStore):
         top_k: int = 10,
         include_quarantined: bool = False,
     ) -> list[Hit]:
+        return self._vector_hits(collection, vector, where, top_k, include_quarantined, False)
+
+    def query_refs(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        return self._vector_hits(collection, vector, where, top_k, include_quarantined, True)
+
+    def _vector_hits(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        where: Filter | None,
+        top_k: int,
+        include_quarantined: bool,
+        refs: bool,
+    ) -> list[Hit]:
         spec = self.get_spec(collection)
         plan = query_plan(spec, vector, where, top_k, include_quarantined)
         if plan is None:
@@ -558,11 +582,11 @@ class LanceDBStore(VectorStore):
         clause = to_lance(node)
         t = self._table(collection)
         indexed = self._has_vector_index(t)
-        tbl = self._search(t, spec, q, clause, top_k, exact=not indexed)
+        tbl = self._search(t, spec, q, clause, top_k, exact=not indexed, refs=refs)
         if indexed and tbl.num_rows < top_k and t.count_rows(clause) > tbl.num_rows:
             # The ANN index found fewer than k rows the filter admits: search exactly.
-            tbl = self._search(t, spec, q, clause, top_k, exact=True)
-        rows = self._rows(spec, tbl, None)
+            tbl = self._search(t, spec, q, clause, top_k, exact=True, refs=refs)
+        rows = self._refs(tbl) if refs else self._rows(spec, tbl, None)
         hits = []
         for rec, d in zip(rows, tbl["_distance"].to_pylist(), strict=True):
             canon = _canonical(spec.metric, float(d))
@@ -581,6 +605,28 @@ class LanceDBStore(VectorStore):
         top_k: int = 10,
         include_quarantined: bool = False,
     ) -> list[Hit]:
+        return self._text_hits(collection, text, where, top_k, include_quarantined, False)
+
+    def text_query_refs(
+        self,
+        collection: str,
+        text: str,
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        return self._text_hits(collection, text, where, top_k, include_quarantined, True)
+
+    def _text_hits(
+        self,
+        collection: str,
+        text: str,
+        where: Filter | None,
+        top_k: int,
+        include_quarantined: bool,
+        refs: bool,
+    ) -> list[Hit]:
         spec = self.get_spec(collection)
         node = text_plan(spec, text, where, top_k, include_quarantined)
         if node is None:
@@ -594,14 +640,47 @@ class LanceDBStore(VectorStore):
         clause = to_lance(node)
         if clause is not None:
             s = s.where(clause, prefilter=True)
-        tbl = s.select([*self._select(spec, None), "_score"]).limit(top_k).to_arrow()
-        rows = self._rows(spec, tbl, None)
+        if refs:
+            tbl = s.with_row_id(True).select(["id", "_score"]).limit(top_k).to_arrow()
+            rows = self._refs(tbl)
+        else:
+            tbl = s.select([*self._select(spec, None), "_score"]).limit(top_k).to_arrow()
+            rows = self._rows(spec, tbl, None)
         hits = [
             Hit(id=rec["id"], score=text_score(float(r)), raw_score=float(r), record=rec)
             for rec, r in zip(rows, tbl["_score"].to_pylist(), strict=True)
         ]
         hits.sort(key=lambda h: (-h.raw_score, h.id))
         return hits
+
+    @staticmethod
+    def _refs(tbl: pa.Table) -> list[Record]:
+        """Records of `query_refs` hits: the id and LanceDB's row id, nothing read besides."""
+        return [
+            {"id": i, _ROW_ID: r}
+            for i, r in zip(tbl["id"].to_pylist(), tbl["_rowid"].to_pylist(), strict=True)
+        ]
+
+    def fill_records(self, collection: str, hits: Sequence[Hit]) -> list[Hit]:
+        """Reads the full records of ref hits by row id (one take); a row id that no longer
+        names the same record (the table was compacted or rewritten meanwhile) is read by id
+        instead, and a record deleted meanwhile is dropped."""
+        from dataclasses import replace
+
+        if not hits:
+            return []
+        spec = self.get_spec(collection)
+        t = self._table(collection)
+        row_ids = [h.record.get(_ROW_ID) for h in hits]
+        found: dict[str, Record] = {}
+        taken = [r for r in row_ids if r is not None]
+        if taken:
+            tbl = t.take_row_ids(taken).select(self._select(spec, None)).to_arrow()
+            found = {r["id"]: r for r in self._rows(spec, tbl, None)}
+        missing = [h.id for h in hits if h.id not in found]
+        if missing:
+            found.update((r["id"], r) for r in self.get(collection, missing))
+        return [replace(h, record=found[h.id]) for h in hits if h.id in found]
 
     def _search(
         self,
@@ -612,6 +691,7 @@ class LanceDBStore(VectorStore):
         top_k: int,
         *,
         exact: bool,
+        refs: bool = False,
     ) -> pa.Table:
         s = t.search(q, vector_column_name="vector").distance_type(spec.metric)
         if clause is not None:
@@ -622,6 +702,8 @@ class LanceDBStore(VectorStore):
             s = s.nprobes(self.nprobes).refine_factor(self.refine_factor)
             if self.index_type.startswith("IVF_HNSW"):
                 s = s.ef(max(self.ef, top_k * self.refine_factor))
+        if refs:
+            return s.with_row_id(True).select(["id", "_distance"]).limit(top_k).to_arrow()
         return s.select([*self._select(spec, None), "_distance"]).limit(top_k).to_arrow()
 
     # --------------------------------------------------------------- manifest

@@ -780,3 +780,34 @@ def test_text_query_rare_and_common_terms_fill_k_under_filters(
                for h in common)  # fmt: skip
     scores = [h.score for h in common]
     assert scores == sorted(scores, reverse=True)
+
+
+def test_refs_filled_are_the_full_hits(store: VectorStore) -> None:
+    """Hybrid search fetches both lists as refs and reads only the fused top_k in full
+    (`query_refs`, `text_query_refs`, `fill_records`): the same hits as `query` /
+    `text_query`. Where the records are read late (LanceDB), one removed meanwhile is
+    dropped and one rewritten meanwhile (the table compacted) comes back as it is now."""
+
+    def same(a: list[Any], b: list[Any]) -> bool:
+        return [(h.id, h.record) for h in a] == [(h.id, h.record) for h in b] and all(
+            math.isclose(x.score, y.score, rel_tol=1e-6) for x, y in zip(a, b, strict=True)
+        )
+
+    notes(store)
+    full = store.query("notes", vec(102), top_k=4)
+    refs = store.query_refs("notes", vec(102), top_k=4)
+    assert [h.id for h in refs] == [h.id for h in full]
+    assert same(store.fill_records("notes", refs), full)
+    text_full = store.text_query("notes", "zebra quagga running", top_k=4)
+    text_refs = store.text_query_refs("notes", "zebra quagga running", top_k=4)
+    assert same(store.fill_records("notes", text_refs), text_full) and len(text_full) == 3
+    assert store.fill_records("notes", []) == []
+    if type(store).fill_records is VectorStore.fill_records:
+        return  # records read with the lists: nothing is read late
+    store.delete("notes", ids=[refs[0].id])
+    old = next(r for r in NOTES if r["id"] == refs[1].id)
+    store.upsert("notes", [{**old, "body": "Rewritten meanwhile."}])
+    store.maintain("notes")  # LanceDB: compaction, row ids change
+    filled = store.fill_records("notes", refs)
+    assert [h.id for h in filled] == [h.id for h in refs[1:]]
+    assert filled[0].record["body"] == "Rewritten meanwhile."
