@@ -26,8 +26,9 @@ who needs it (pyarrow then will not convert to or from pandas in that process). 
 - `@override` from the `overrides` package only marks the method (`overrides_unchecked()`),
   as `typing.override` does: LanceDB uses the package's checking decorator on Python < 3.12 and
   `typing.override` from 3.12 on. The check disassembles each class body's bytecode to find the
-  base classes and compares signatures, for about 100 methods of `import lancedb`: a quarter
-  to a third of the import's CPU, spent checking a released library against itself.
+  base classes and compares signatures, for about 100 methods of `import lancedb`: about a
+  seventh of the import's CPU (0.97 -> 0.83 s median here), spent checking a released library
+  against itself.
 """
 
 from __future__ import annotations
