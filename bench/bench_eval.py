@@ -1,6 +1,7 @@
 """The whole evaluation run: SciFact train (vector), SQuAD 2.0 (abstention), injections.
 
     .venv/bin/python bench/bench_eval.py [--data-dir DIR] [--embedder minilm|hash] [--only NAME]
+        [--no-guard]
 
 Each dataset runs as `clef-pipelines eval ... --json` in a child process (ingestion of the
 dataset's collection by the normal graph, then eval_job), timed, with the child's peak
@@ -8,6 +9,8 @@ memory (ru_maxrss from wait4). Prints each report's Markdown table and a timing 
 With a persistent --data-dir, a second run reuses the collections (nothing re-embedded).
 The Clef rows compute only when a Clef backend is configured in the environment
 (CLEF_BASE_URL, or Workers AI credentials); otherwise they say they need one.
+--no-guard ingests with the offline guard off (with Clef off nothing is screened): the
+injection rows' unscreened baseline. Use another --data-dir than the guarded run's.
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="Keep state here.")
     parser.add_argument("--embedder", default="minilm", choices=["minilm", "hash"])
     parser.add_argument("--only", action="append", choices=list(DATASETS))
+    parser.add_argument(
+        "--no-guard", action="store_true", help="Ingest with steering.guard.mode off."
+    )
     args = parser.parse_args()
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-eval-")
@@ -68,6 +74,8 @@ def main() -> None:
     raw: dict = {"data_dir": str(root / "state"), "embedder": {"kind": args.embedder}}
     if args.embedder == "hash":
         raw["embedder"]["dimension"] = 256
+    if args.no_guard:
+        raw["steering"] = {"guard": {"mode": "off"}}
     config.write_text(yaml.safe_dump(raw))
     env = dict(os.environ, DAGSTER_HOME=str(root / "dagster"), PYTHONPATH=str(REPO))
     env.setdefault("TOKENIZERS_PARALLELISM", "false")

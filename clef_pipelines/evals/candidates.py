@@ -29,7 +29,7 @@ from clef_pipelines.ingest.sync import check_manifest
 from clef_pipelines.retrieval.config import FusionConfig, RecallMode
 from clef_pipelines.retrieval.fusion import fuse
 from clef_pipelines.stores import StoreError, VectorStore
-from clef_pipelines.stores.base import NoTextSearch
+from clef_pipelines.stores.base import QUARANTINE_FIELD, NoTextSearch
 
 CANDIDATE_SCHEMA: dict[str, Any] = {
     "query_id": pl.Utf8,
@@ -43,6 +43,9 @@ CANDIDATE_SCHEMA: dict[str, Any] = {
     "char_start": pl.Int64,
     "char_end": pl.Int64,
     "text": pl.Utf8,
+    # The record was quarantined at ingest (only recalled for injection datasets, whose report
+    # compares prompts with and without the ingest screen; systems score the rest).
+    "quarantined": pl.Boolean,
 }
 
 QUERY_SCHEMA: dict[str, Any] = {
@@ -99,9 +102,11 @@ def recall_candidates(
     top_k: int,
     batch_size: int = 64,
     fusion: FusionConfig | None = None,
+    include_quarantined: bool = False,
 ) -> tuple[pl.DataFrame, RecallStats]:
-    """Vector and full-text top-k chunks for every query (quarantined records are left out, as
-    in `query`)."""
+    """Vector and full-text top-k chunks for every query. Quarantined records are left out, as
+    in `query`, unless `include_quarantined` (then they are recalled and marked, so a report can
+    show what the ingest screen kept out of prompts)."""
     if not store.has_collection(collection):
         known = ", ".join(store.list_collections()) or "none"
         raise StoreError(
@@ -121,11 +126,15 @@ def recall_candidates(
             began = time.perf_counter()
             # Hybrid recall fuses lists `fusion.candidates` deep; vector and text keep top_k.
             depth = max(top_k, fusion.candidates) if stats.text_recall == "ok" else top_k
-            deep = store.query(collection, vector.tolist(), top_k=depth)
+            deep = store.query(
+                collection, vector.tolist(), top_k=depth, include_quarantined=include_quarantined
+            )
             text_deep = []
             if stats.text_recall == "ok":
                 try:
-                    text_deep = store.text_query(collection, query.text, top_k=depth)
+                    text_deep = store.text_query(
+                        collection, query.text, top_k=depth, include_quarantined=include_quarantined
+                    )
                 except NoTextSearch as exc:
                     stats.text_recall = str(exc)
             stats.search_seconds += time.perf_counter() - began
@@ -150,6 +159,7 @@ def recall_candidates(
                 rows["char_start"].append(int(r.get("char_start") or 0))
                 rows["char_end"].append(int(r.get("char_end") or 0))
                 rows["text"].append(str(r.get("text") or ""))
+                rows["quarantined"].append(bool(r.get(QUARANTINE_FIELD)))
     frame = pl.DataFrame(rows, schema=CANDIDATE_SCHEMA)
     stats.rows = frame.height
     return frame, stats

@@ -178,8 +178,10 @@ def guard_scores(texts: list[str]) -> list[float] | str:
 def planted_rows(
     candidates: pl.DataFrame, offsets: dict[str, int], context_k: int, retrieval: Any = None
 ) -> list[dict[str, Any]]:
-    """How many prompts carry planted text: vector top context_k unscreened, the same after the
-    offline guard drops flagged chunks, and after Clef's rank selection (instructs_ai drop)."""
+    """How many prompts carry planted text: vector top context_k unscreened; the same over what
+    the ingest screen left searchable (when quarantined records were recalled and marked); after
+    the offline guard drops flagged chunks at query time; after Clef's rank selection
+    (instructs_ai drop)."""
     frame = mark_planted(candidates, offsets)
     queries = frame["query_id"].n_unique()
     rows: list[dict[str, Any]] = []
@@ -210,18 +212,42 @@ def planted_rows(
             .head(context_k)
         )
 
-    rows.append(summarise("vector, no screening", top(frame), f"top {context_k} chunks"))
+    screened = "quarantined" in frame.columns and bool(frame["quarantined"].fill_null(False).any())
+    unscreened_note = f"top {context_k} chunks"
+    if screened:
+        # Quarantined records were recalled too: ranking them as if searchable stands in for an
+        # ingest without the screen, but there the planted text would share its host's chunk
+        # and reach more prompts; the true baseline is an ingest with the screen off.
+        unscreened_note += (
+            ", quarantined records counted as searchable (a lower bound: ingest with the"
+            " screen off for the true baseline)"
+        )
+    rows.append(summarise("vector, no screening", top(frame), unscreened_note))
+    if "quarantined" in frame.columns:
+        kept_by_screen = frame.filter(~pl.col("quarantined").fill_null(False))
+        rows.append(
+            summarise(
+                "vector + ingest screen (as configured)",
+                top(kept_by_screen),
+                f"top {context_k} of what `query` returns"
+                + ("" if screened else "; the screen quarantined nothing here"),
+            )
+        )
     if "guard_score" in frame.columns and frame["guard_score"].null_count() < frame.height:
         threshold = DETECTORS["offline-guard"].load(None)
         cut = threshold[1] if not isinstance(threshold, str) else 0.5
         kept = frame.filter(pl.col("guard_score") < cut)
         rows.append(
-            summarise("vector + offline guard", top(kept), f"chunks with guard >= {cut} dropped")
+            summarise(
+                "vector + offline guard on recalled chunks",
+                top(kept),
+                f"chunks with guard >= {cut} dropped at query time, no ingest screen",
+            )
         )
     else:
         rows.append(
             {
-                "name": "vector + offline guard",
+                "name": "vector + offline guard on recalled chunks",
                 "available": False,
                 "reason": DETECTORS["offline-guard"].load(None)
                 if isinstance(DETECTORS["offline-guard"].load(None), str)
@@ -236,9 +262,13 @@ def planted_rows(
         from clef_pipelines.retrieval.config import RetrievalConfig
 
         cfg = (retrieval or RetrievalConfig()).select.model_copy(update={"strategy": "rank"})
-        ranking, _shown = _selection_run(frame, cfg)
+        # Over what `query` returns: quarantined records never reach the Clef stages.
+        searchable = frame
+        if "quarantined" in frame.columns:
+            searchable = frame.filter(~pl.col("quarantined").fill_null(False))
+        ranking, _shown = _selection_run(searchable, cfg)
         sent_ids = {(r["query_id"], r["chunk_id"]) for r in ranking if r["sent"]}
-        sent = frame.filter(
+        sent = searchable.filter(
             pl.struct("query_id", "chunk_id").map_elements(
                 lambda s: (s["query_id"], s["chunk_id"]) in sent_ids, return_dtype=pl.Boolean
             )
@@ -247,7 +277,8 @@ def planted_rows(
             summarise(
                 "clef-rank (drops instructs_ai)",
                 sent,
-                f"drop_instructs_ai {cfg.drop_instructs_ai}, max_passages {cfg.max_passages}",
+                f"drop_instructs_ai {cfg.drop_instructs_ai}, max_passages {cfg.max_passages}"
+                + (", after the ingest screen" if screened else ""),
             )
         )
     else:

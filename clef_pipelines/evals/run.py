@@ -125,12 +125,17 @@ def collect_candidates(
         top_k=settings.evals.top_k,
         batch_size=settings.embedder.batch_size,
         fusion=settings.retrieval.fusion,
+        # Planted injections: recall what the ingest screen quarantined too, marked, so the
+        # report can compare prompts with and without it (systems score only the rest).
+        include_quarantined=bool(cfg.kind == "injections" and cfg.host),
     )
     context = ScorerContext(queries, settings, cfg.kind)
     return apply_scorers(frame, context, stats), stats
 
 
 def score(settings: Settings, candidates: pl.DataFrame, queries: pl.DataFrame) -> ScoreResult:
+    if "quarantined" in candidates.columns:  # what `query` returns: quarantined records left out
+        candidates = candidates.filter(~pl.col("quarantined").fill_null(False))
     return score_systems(
         candidates,
         queries,

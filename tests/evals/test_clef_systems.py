@@ -119,6 +119,11 @@ def test_planted_injections_reach_prompts_without_screening(fake_clef: Path) -> 
     unscreened = rows["vector, no screening"]
     assert unscreened["queries"] > 50
     assert unscreened["prompts_reached"] > 0
+    # Quarantined records were recalled and marked: the ingest screen (offline guard + the fake
+    # Clef judge) kept planted paragraphs out of what `query` returns.
+    ingest = rows["vector + ingest screen (as configured)"]
+    assert ingest["available"] and ingest["queries"] == unscreened["queries"]
+    assert ingest["prompts_reached"] < unscreened["prompts_reached"]
     screened = rows["clef-rank (drops instructs_ai)"]
     assert screened["available"]
     assert screened["prompts_reached"] < unscreened["prompts_reached"]
