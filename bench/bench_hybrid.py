@@ -165,6 +165,10 @@ def scaled(records: list[dict[str, Any]], size: int, seed: int = 0) -> list[dict
     return out
 
 
+#: pgvector's full-text budget (store.pgvector.text_candidates); None: the store's default.
+PG_TEXT_CANDIDATES: int | None = None
+
+
 @contextlib.contextmanager
 def open_store(kind: str, root: pathlib.Path, dsn: str | None) -> Iterator[Any]:
     if kind == "memory":
@@ -183,6 +187,8 @@ def open_store(kind: str, root: pathlib.Path, dsn: str | None) -> Iterator[Any]:
         from clef_pipelines.stores.pgvector_store import PgVectorStore
 
         store = PgVectorStore(dsn or "", schema="b_" + uuid.uuid4().hex[:10])
+        if PG_TEXT_CANDIDATES is not None:
+            store.text_candidates = PG_TEXT_CANDIDATES
     try:
         yield store
     finally:
@@ -457,6 +463,7 @@ def main() -> None:
     q.add_argument("--text-weight", type=float, default=1.0)
     q.add_argument("--limit", type=int, default=0, help="Only the first N train queries.")
     q.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
+    q.add_argument("--pg-text-candidates", type=int, help="pgvector text budget (0: unbounded)")
     t = sub.add_parser("tune", help="fusion settings chosen on half of train, checked on the rest")
     t.add_argument("--kind", default="lancedb")
     p = sub.add_parser("speed", help="query p50 per store and mode; load and index time")
@@ -465,7 +472,10 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--top-k", type=int, default=30, help="retrieval.top_k (the default: 30)")
     p.add_argument("--candidates", type=int, default=0, help="fusion.candidates (default: its)")
+    p.add_argument("--pg-text-candidates", type=int, help="pgvector text budget (0: unbounded)")
     args = parser.parse_args()
+    global PG_TEXT_CANDIDATES
+    PG_TEXT_CANDIDATES = getattr(args, "pg_text_candidates", None)
     if args.cmd == "speed":
         # size 0: the SciFact collection as ingested.
         n = len(load_cached()[0])
