@@ -209,7 +209,7 @@ def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
     import psycopg
     from psycopg import sql
 
-    from clef_pipelines.stores.pgvector_store import PgVectorStore
+    from clef_pipelines.stores.pgvector_store import PgVectorStore, _ix
 
     schema = "tb_" + uuid.uuid4().hex[:8]
     store = PgVectorStore(pg_dsn, schema=schema, text_candidates=50)
@@ -257,6 +257,13 @@ def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
                 (schema,),
             ).fetchone()
         assert row and row[0] > 6, row  # zebrafish's frequency is known
+        with psycopg.connect(pg_dsn) as conn:  # maintain folded GIN's pending list in
+            left = conn.execute(
+                "SELECT gin_clean_pending_list(indexrelid) FROM pg_index WHERE indrelid = "
+                "%s::regclass AND indexrelid::regclass::text LIKE %s",
+                (f"{schema}.t", f"%{_ix('t', '_tsv')}%"),
+            ).fetchall()
+        assert left == [(0,)], left
         rare = ids("zebrafish cell kinase", 0)
         assert len(rare) == 5 and ids("zebrafish cell kinase", 50) == rare  # all hold zebrafish
         # A filter that leaves 2 zebrafish rows: those first, then rows of the common term.
