@@ -165,6 +165,13 @@ def recall_candidates(
     return frame, stats
 
 
+def searchable(frame: pl.DataFrame) -> pl.DataFrame:
+    """The candidates `query` would return: records quarantined at ingest left out."""
+    if "quarantined" not in frame.columns:
+        return frame
+    return frame.filter(~pl.col("quarantined").fill_null(False))
+
+
 #: The candidate column each recall mode ranks by.
 MODE_SCORE: dict[str, str] = {
     "vector": "vector_score",

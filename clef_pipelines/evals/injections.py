@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from clef_pipelines.evals.candidates import ScorerContext, register_scorer
+from clef_pipelines.evals.candidates import ScorerContext, register_scorer, searchable
 from clef_pipelines.evals.config import EvalDatasetConfig
 from clef_pipelines.evals.metrics import bootstrap_ci
 
@@ -212,7 +212,8 @@ def planted_rows(
             .head(context_k)
         )
 
-    screened = "quarantined" in frame.columns and bool(frame["quarantined"].fill_null(False).any())
+    kept_by_screen = searchable(frame)
+    screened = kept_by_screen.height < frame.height
     unscreened_note = f"top {context_k} chunks"
     if screened:
         # Quarantined records were recalled too: ranking them as if searchable stands in for an
@@ -224,7 +225,6 @@ def planted_rows(
         )
     rows.append(summarise("vector, no screening", top(frame), unscreened_note))
     if "quarantined" in frame.columns:
-        kept_by_screen = frame.filter(~pl.col("quarantined").fill_null(False))
         rows.append(
             summarise(
                 "vector + ingest screen (as configured)",
@@ -233,9 +233,9 @@ def planted_rows(
                 + ("" if screened else "; the screen quarantined nothing here"),
             )
         )
+    guard = DETECTORS["offline-guard"].load(None)
     if "guard_score" in frame.columns and frame["guard_score"].null_count() < frame.height:
-        threshold = DETECTORS["offline-guard"].load(None)
-        cut = threshold[1] if not isinstance(threshold, str) else 0.5
+        cut = guard[1] if not isinstance(guard, str) else 0.5
         kept = frame.filter(pl.col("guard_score") < cut)
         rows.append(
             summarise(
@@ -249,9 +249,7 @@ def planted_rows(
             {
                 "name": "vector + offline guard on recalled chunks",
                 "available": False,
-                "reason": DETECTORS["offline-guard"].load(None)
-                if isinstance(DETECTORS["offline-guard"].load(None), str)
-                else "guard scores not recorded",
+                "reason": guard if isinstance(guard, str) else "guard scores not recorded",
             }
         )
     if (
@@ -263,12 +261,9 @@ def planted_rows(
 
         cfg = (retrieval or RetrievalConfig()).select.model_copy(update={"strategy": "rank"})
         # Over what `query` returns: quarantined records never reach the Clef stages.
-        searchable = frame
-        if "quarantined" in frame.columns:
-            searchable = frame.filter(~pl.col("quarantined").fill_null(False))
-        ranking, _shown = _selection_run(searchable, cfg)
+        ranking, _shown = _selection_run(kept_by_screen, cfg)
         sent_ids = {(r["query_id"], r["chunk_id"]) for r in ranking if r["sent"]}
-        sent = searchable.filter(
+        sent = kept_by_screen.filter(
             pl.struct("query_id", "chunk_id").map_elements(
                 lambda s: (s["query_id"], s["chunk_id"]) in sent_ids, return_dtype=pl.Boolean
             )

@@ -23,6 +23,7 @@ from clef_pipelines.evals.candidates import (
     queries_frame,
     queries_from_frame,
     recall_candidates,
+    searchable,
 )
 from clef_pipelines.evals.config import EvalDatasetConfig
 from clef_pipelines.evals.datasets import EvalDataset, corpus_path, dataset_dir, load_dataset
@@ -134,10 +135,8 @@ def collect_candidates(
 
 
 def score(settings: Settings, candidates: pl.DataFrame, queries: pl.DataFrame) -> ScoreResult:
-    if "quarantined" in candidates.columns:  # what `query` returns: quarantined records left out
-        candidates = candidates.filter(~pl.col("quarantined").fill_null(False))
     return score_systems(
-        candidates,
+        searchable(candidates),
         queries,
         selected_systems(settings.evals.systems),
         settings.evals,
