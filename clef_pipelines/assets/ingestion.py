@@ -19,9 +19,7 @@ latest materialisations keep describing the data as it is.
 
 import shutil
 import time
-from collections import Counter
 from collections.abc import Iterator
-from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 import dagster as dg
@@ -29,15 +27,13 @@ import polars as pl
 from pydantic import Field
 
 from clef_pipelines.assets.metadata import failures_table, totals_metadata
-from clef_pipelines.embedding.executor import open_batch_runner
-from clef_pipelines.ingest import stages
+from clef_pipelines.ingest import batch_steps, stages
 from clef_pipelines.ingest.batches import (
     BATCH,
     BatchWriter,
     FrameBatches,
     batch_column,
     batch_count,
-    merge_reports,
 )
 from clef_pipelines.ingest.documents import (
     FAILED,
@@ -50,24 +46,14 @@ from clef_pipelines.ingest.documents import (
     status_counts,
     stored_document_facts,
 )
-from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
-from clef_pipelines.ingest.progress import report as progress_report
-from clef_pipelines.ingest.sync import (
-    SyncReport,
-    check_manifest,
-    embed_chunks,
-    finish_sync,
-    sync_batch,
-)
+from clef_pipelines.ingest.sync import check_manifest
 from clef_pipelines.ingest.totals import source_totals
-from clef_pipelines.records import CHUNK_SCHEMA
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.settings import PipelineSettings
 from clef_pipelines.resources.store import VectorStoreResource
 from clef_pipelines.steering import checks
-from clef_pipelines.steering.manifest import clef_enabled, steering_manifest
 
 GROUP = "ingestion"
 #: Prefix of every asset key of this code location (`clef/chunks`, ...).
@@ -266,30 +252,16 @@ def screened_paragraphs(
     parsed_blocks: FrameBatches,
 ):  # MaterializeResult with the batches as value
     settings = pipeline_settings.settings
-    keys = parsed_blocks.keys()
-    steering = stages.open_steering(settings, clef.client if keys else None)
     out = _writer(context, settings, "screened_paragraphs")
-    report = None
-    actions: Counter[str] = Counter()
-    judged: Counter[str] = Counter()
-    try:
-        for key in keys:
-            screened, part = stages.screen_paragraphs(parsed_blocks.read(key), steering)
-            report = merge_reports(report, part)
-            actions.update(screened["screen_action"].to_list())
-            judged.update(checks.judged_actions(screened))
-            out.write_batch(key, screened)
-        if report is None:
-            _, report = stages.screen_paragraphs(pl.DataFrame(schema=stages.BLOCK_SCHEMA), steering)
-    finally:
-        steering.close()
+    done = batch_steps.screen_batches(settings, clef.client, parsed_blocks, out)
+    report = done.report
     screened_batches = out.finish()
     return dg.MaterializeResult(
         value=screened_batches,
         metadata={
-            "blocks": sum(actions.values()),
+            "blocks": sum(done.actions.values()),
             "screened": report.screened,
-            "actions": dg.MetadataValue.json(dict(sorted(actions.items()))),
+            "actions": dg.MetadataValue.json(dict(sorted(done.actions.items()))),
             "decisions": dg.MetadataValue.json(report.decisions),
             "screen": report.clef,
             "guard": report.guard,
@@ -305,7 +277,7 @@ def screened_paragraphs(
         check_results=[
             _check(
                 "screen_rates_within_bounds",
-                checks.screen_rates_of(judged, settings.steering.checks),
+                checks.screen_rates_of(done.judged, settings.steering.checks),
             )
         ],
     )
@@ -332,41 +304,14 @@ def chunks(
 ):  # MaterializeResult with the batches as value
     started = time.perf_counter()
     settings = pipeline_settings.settings
-    keys = screened_paragraphs.keys()
     collection = settings.collection_of(settings.source(context.partition_key))
     types = FieldTypes(stored_field_types(vector_store.get(), collection))  # type: ignore[arg-type]
     out = _writer(context, settings, "chunks")
-    clef_report = None
+    done = batch_steps.chunk_batches(
+        settings, context.partition_key, clef.client, screened_paragraphs, types, out
+    )
     extra: dict = {}
-    failures: list[pl.DataFrame] = []
-    tokens: list[pl.Series] = []
-    size_facts: list[tuple[bool, dict]] = []
-    documents = records = quarantined = 0
-    with ExitStack() as stack:
-        steering = None
-        if settings.chunking.strategy == "clef" and keys:
-            steering = stages.open_steering(settings, clef.client)
-            stack.callback(steering.close)
-        for key in keys:
-            screened = screened_paragraphs.read(key)
-            chunker = None
-            if steering is not None and screened.height:
-                chunker = stages.clef_chunker(settings, screened, steering)
-            frame, failed = stages.chunk_documents(
-                settings, context.partition_key, screened, chunker, types=types
-            )
-            if chunker is not None:
-                clef_report = merge_reports(clef_report, chunker.report)
-            failures.append(failed)
-            size_facts.append(checks.chunk_sizes(frame, settings.chunking.max_tokens))
-            if frame.height:
-                documents += frame["doc_id"].n_unique()
-                records += frame.height
-                quarantined += int(frame["quarantined"].sum() or 0)
-                tokens.append(frame["tokens"])
-            out.write_batch(key, frame)
-    if clef_report is not None:
-        r = clef_report
+    if (r := done.clef) is not None:
         extra = {
             "clef_chunking": dg.MetadataValue.json(
                 {
@@ -384,28 +329,22 @@ def chunks(
                 f"{r.documents_fallback} document(s) chunked structural instead of clef: "
                 + "; ".join(r.fallback_reasons)
             )
-    all_tokens = pl.concat(tokens) if tokens else pl.Series([], dtype=pl.Int64)
-    failed_all = pl.concat(failures) if failures else pl.DataFrame(schema=stages.FAILURE_SCHEMA)
+    tokens = done.tokens
     chunk_batches = out.finish()
     return dg.MaterializeResult(
         value=chunk_batches,
-        check_results=[
-            _check(
-                "chunks_within_max_tokens",
-                checks.combine_chunk_sizes(size_facts, settings.chunking.max_tokens),
-            )
-        ],
+        check_results=[_check("chunks_within_max_tokens", done.sizes)],
         metadata={
             **extra,
-            "quarantined_records": quarantined,
+            "quarantined_records": done.quarantined,
             "chunker": settings.chunking.strategy,
-            "documents": documents,
-            "chunks": records,
-            "tokens": int(all_tokens.sum() or 0),
-            "tokens_p50": int(all_tokens.median() or 0) if all_tokens.len() else 0,
-            "tokens_max": int(all_tokens.max() or 0) if all_tokens.len() else 0,
-            "documents_failed": failed_all.height,
-            "failed_documents": failures_table(failed_all),
+            "documents": done.documents,
+            "chunks": done.records,
+            "tokens": int(tokens.sum() or 0),
+            "tokens_p50": int(tokens.median() or 0) if tokens.len() else 0,
+            "tokens_max": int(tokens.max() or 0) if tokens.len() else 0,
+            "documents_failed": done.failures.height,
+            "failed_documents": failures_table(done.failures),
             "metadata_rule": METADATA_RULE,
             **_batch_metadata(chunk_batches),
             "seconds": round(time.perf_counter() - started, 3),
@@ -438,28 +377,14 @@ def enrichments(
     chunks: FrameBatches,
 ):  # MaterializeResult with the batches as value
     settings = pipeline_settings.settings
-    keys = chunks.keys()
-    steering = stages.open_steering(settings, clef.client if keys else None)
     out = _writer(context, settings, "enrichments")
-    report = None
-    chunks_in = chunks_out = 0
-    try:
-        for key in keys:
-            frame = chunks.read(key)
-            enriched, part = stages.enrich_chunks(frame, steering)
-            report = merge_reports(report, part)
-            chunks_in += frame.height
-            chunks_out += enriched.height
-            out.write_batch(key, enriched)
-        if report is None:
-            _, report = stages.enrich_chunks(pl.DataFrame(schema=CHUNK_SCHEMA), steering)
-    finally:
-        steering.close()
+    done = batch_steps.enrich_batches(settings, clef.client, chunks, out)
+    report = done.report
     enriched_batches = out.finish()
     return dg.MaterializeResult(
         value=enriched_batches,
         metadata={
-            "chunks": chunks_out,
+            "chunks": done.chunks_out,
             "enrich": report.mode,
             "asked": report.asked,
             "decisions": dg.MetadataValue.json(report.decisions),
@@ -478,7 +403,9 @@ def enrichments(
         check_results=[
             _check(
                 "enrichment_drop_rate_within_bounds",
-                checks.enrichment_drop_rate(chunks_in, chunks_out, settings.steering.checks),
+                checks.enrichment_drop_rate(
+                    done.chunks_in, done.chunks_out, settings.steering.checks
+                ),
             )
         ],
     )
@@ -502,57 +429,22 @@ def embeddings(
 ):  # MaterializeResult with the batches as value
     started = time.perf_counter()
     settings = pipeline_settings.settings
-    source = settings.source(context.partition_key)
     emb = embedder.get()
-    store = vector_store.get()
     out = _writer(context, settings, "embeddings")
-    keys = enrichments.keys()
-    stats = None
-    embedded_before = 0
-    bad: list[tuple[bool, dict]] = []
-
-    def progress(done: int, total: int) -> None:
-        progress_report("embed", embedded_before + done, 0)
-        if total and (done == total or done % (settings.embedder.batch_size * 20) == 0):
-            context.log.info(f"embedded {embedded_before + done} chunks")
-
-    with ExitStack() as stack:
-        runner = None
-
-        def shared_runner():  # the executor (Ray actors) opens once per run, when first needed
-            nonlocal runner
-            if runner is None:
-                runner = stack.enter_context(open_batch_runner(settings.embedder, emb))
-            return nullcontext(runner)
-
-        for key in keys:
-            frame, part = embed_chunks(
-                enrichments.read(key),
-                emb,
-                store,
-                settings.collection_of(source),
-                batch_size=settings.embedder.batch_size,
-                progress=progress,
-                open_runner=shared_runner,
-            )
-            stats = merge_reports(stats, part)
-            embedded_before = stats.embedded
-            bad.append(checks.all_embedded(frame, emb.dimension))
-            out.write_batch(key, frame)
-    if stats is None:
-        _, stats = embed_chunks(
-            pl.DataFrame(schema=CHUNK_SCHEMA), emb, store, settings.collection_of(source)
-        )
-    if stats.over_window:
-        context.log.warning(
-            f"{stats.over_window} chunk texts are longer than {emb.name} reads "
-            f"({emb.max_input_tokens} word pieces): their tails are not in their vectors; "
-            "lower chunking.max_tokens"
-        )
+    done = batch_steps.embed_batches(
+        settings,
+        settings.collection_of(settings.source(context.partition_key)),
+        enrichments,
+        emb,
+        vector_store.get(),
+        out,
+        log=context.log.info,
+    )
+    stats = done.stats
     embedded_batches = out.finish()
     return dg.MaterializeResult(
         value=embedded_batches,
-        check_results=[_check("every_chunk_embedded", checks.combine_embedded(bad, emb.dimension))],
+        check_results=[_check("every_chunk_embedded", done.embedded)],
         metadata={
             "embedder": emb.name,
             "dimension": emb.dimension if stats.chunks else 0,
@@ -602,39 +494,11 @@ def store_sync(
     source = settings.source(context.partition_key)
     collection = settings.collection_of(source)
     store = vector_store.get()
-    emb = embedder.get()
-    report = SyncReport()
     touched = source_documents.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED]))
-    keys = sorted(set(embeddings.keys()) | set(touched[BATCH].unique().to_list()))
-    wrote = False
-    # Runs launched from the UI or a schedule take the collection's write lock here (a CLI run
-    # already holds it; the lock is reentrant in one process).
-    with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
-        for n, key in enumerate(keys, start=1):
-            # Batch by batch: each batch's documents are complete in the store before the next
-            # starts, so a run killed half-way leaves whole batches done and the rest to repair.
-            wrote |= sync_batch(
-                store,
-                collection,
-                source.name,
-                touched.filter(pl.col(BATCH) == key),
-                embeddings.read(key),
-                emb,
-                report=report,
-                batch_rows=settings.sync_batch_rows,
-                text_language=settings.store.text_language,
-            )
-            progress_report("sync", n, len(keys))
-        if wrote:
-            finish_sync(
-                store,
-                collection,
-                source.name,
-                emb,
-                report,
-                chunker=settings.chunking.strategy,
-                steering=steering_manifest(settings.steering, clef_enabled=clef_enabled(settings)),
-            )
+    done = batch_steps.sync_batches(
+        settings, source.name, store, embedder.get(), touched, embeddings
+    )
+    report = done.report
     total = store.count(collection) if store.has_collection(collection) else 0
     totals = source_totals(store, collection, source.name)
     return dg.MaterializeResult(
@@ -653,7 +517,7 @@ def store_sync(
             "writes": report.writes,
             "collection_records": total,
             "maintenance": dg.MetadataValue.json(report.maintenance),
-            "batches_synced": len(keys),
+            "batches_synced": done.batches,
             "seconds": round(time.perf_counter() - started, 3),
         },
         check_results=[
