@@ -91,3 +91,37 @@ def redacting_logger(name: str) -> logging.Logger:
     if not any(isinstance(f, RedactingFilter) for f in logger.filters):
         logger.addFilter(RedactingFilter())
     return logger
+
+
+class RedactedError(RuntimeError):
+    """Stands in for an exception whose message kept a secret after its arguments were
+    redacted (its `__str__` does not come from its arguments). Names the original type."""
+
+
+def scrub_exception(error: BaseException) -> BaseException:
+    """`error` with every message in its chain (cause and context) redacted, in place where the
+    message comes from the exception's arguments, so the type and traceback stay as they were.
+    Returns the exception to raise: `error` itself, or a `RedactedError` when a message could
+    not be cleaned in place (then raise it `from None`, so the original is not shown)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [error]
+    clean = True
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        try:
+            text = str(e)
+        except Exception:  # an exception that cannot print itself carries no message to leak
+            continue
+        if redact(text) != text:
+            e.args = tuple(redact(a) if isinstance(a, str) else a for a in e.args)
+            try:
+                clean = clean and redact(str(e)) == str(e)
+            except Exception:
+                clean = False
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    if clean:
+        return error
+    return RedactedError(f"{type(error).__name__}: {redact(str(error))}")

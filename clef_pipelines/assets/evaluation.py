@@ -10,6 +10,7 @@ import time
 import dagster as dg
 import polars as pl
 
+from clef_pipelines.assets.failures import redacted_failures
 from clef_pipelines.assets.ingestion import ASSET_PREFIX, asset_key
 from clef_pipelines.evals import run as evals
 from clef_pipelines.resources.embedder import EmbedderResource
@@ -35,6 +36,7 @@ _COMMON = {
         "unanswerable, read from `evals.datasets` (beir:, squad:, jsonl:, injections:PATH)."
     ),
 )
+@redacted_failures
 def eval_dataset(
     context: dg.AssetExecutionContext, pipeline_settings: PipelineSettings
 ) -> dg.Output[pl.DataFrame]:
@@ -63,6 +65,7 @@ def eval_dataset(
         "vector score and every recorded Clef score, gate probability and guard score."
     ),
 )
+@redacted_failures
 def eval_candidates(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
@@ -101,6 +104,7 @@ def eval_candidates(
         "listed with the reason."
     ),
 )
+@redacted_failures
 def eval_scores(
     pipeline_settings: PipelineSettings, eval_dataset: pl.DataFrame, eval_candidates: pl.DataFrame
 ) -> dg.Output[pl.DataFrame]:
@@ -128,6 +132,7 @@ def eval_scores(
         "chart (in <data_dir>/evals/<dataset>/); headline numbers as numeric metadata."
     ),
 )
+@redacted_failures
 def eval_report(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,

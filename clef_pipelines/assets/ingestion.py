@@ -26,6 +26,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from clef_pipelines.assets.failures import redacted_failures
 from clef_pipelines.assets.metadata import failures_table, totals_metadata
 from clef_pipelines.ingest import batch_steps, stages
 from clef_pipelines.ingest.batches import (
@@ -116,6 +117,7 @@ class IngestionRunConfig(dg.Config):
         "against the store (new, changed, repair, unchanged, removed, failed with a reason)."
     ),
 )
+@redacted_failures
 def source_documents(
     context: dg.AssetExecutionContext,
     config: IngestionRunConfig,
@@ -180,6 +182,7 @@ def source_documents(
         "changed documents of a source, with heading paths and character offsets."
     ),
 )
+@redacted_failures
 def parsed_blocks(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
@@ -245,6 +248,7 @@ def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
         )
     ],
 )
+@redacted_failures
 def screened_paragraphs(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
@@ -295,6 +299,7 @@ def screened_paragraphs(
         _spec("chunks_within_max_tokens", "chunks", "No retrievable chunk over max_tokens.")
     ],
 )
+@redacted_failures
 def chunks(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
@@ -370,6 +375,7 @@ def chunks(
         )
     ],
 )
+@redacted_failures
 def enrichments(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
@@ -420,6 +426,7 @@ def enrichments(
     ),
     check_specs=[_spec("every_chunk_embedded", "embeddings", "Every chunk has a finite vector.")],
 )
+@redacted_failures
 def embeddings(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
@@ -481,6 +488,7 @@ def embeddings(
         ),
     ],
 )
+@redacted_failures
 def store_sync(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
@@ -543,6 +551,7 @@ def store_sync(
         "off the sync so a large load is not held up; until it runs queries search exactly."
     ),
 )
+@redacted_failures
 def vector_indexes(
     context: dg.AssetExecutionContext,
     pipeline_settings: PipelineSettings,
