@@ -118,6 +118,55 @@ def test_lancedb_indexes_and_version_cleanup(tmp_path: pathlib.Path) -> None:
     assert len(hits) == 20
 
 
+def test_lancedb_one_trip_search_equals_the_builder_path(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unindexed searches run in one trip to LanceDB's loop and check the quarantine
+    exclusion on their result: they must give what the query builder with a prefilter gives
+    (ids, scores, records; refs too), with quarantined records near every query."""
+    from clef_pipelines.stores import lancedb_store
+    from clef_pipelines.stores.lancedb_store import LanceDBStore, _async_table
+
+    store = LanceDBStore(tmp_path / "l")
+    store.ensure_collection(spec())
+    recs = [
+        {**r, "quarantined": r.get("quarantined", False) or i % 3 == 0}
+        for i, r in enumerate(
+            {"id": uid(f"q-{i}"), "vector": vec(i), "doc_id": "ab"[i % 2], "n": i}
+            for i in range(60)
+        )
+    ]
+    store.upsert("docs", recs)
+    # The installed LanceDB keeps its async table where the fast path looks for it.
+    assert _async_table(store._table("docs")) is not None
+    cases = [
+        (where, include, k)
+        for where in (None, {"doc_id": "a"}, {"n": {"gte": 30}}, {"quarantined": True})
+        for include in (False, True)
+        for k in (1, 5, 100)
+    ]
+
+    def run() -> list[Any]:
+        out = []
+        for i in range(0, 60, 7):
+            for where, include, k in cases:
+                kw = {"where": where, "top_k": k, "include_quarantined": include}
+                out.append([(h.id, h.score, h.record) for h in store.query("docs", vec(i), **kw)])
+                refs = store.query_refs("docs", vec(i), **kw)
+                out.append([(h.id, h.score) for h in refs])
+                out.append([(h.id, h.record) for h in store.fill_records("docs", refs)])
+        return out
+
+    fast = run()
+    monkeypatch.setattr(lancedb_store, "_async_table", lambda t: None)
+    assert run() == fast
+    monkeypatch.undo()
+    quarantined = {r["id"] for r in recs if r["quarantined"]}
+    assert quarantined and not any(
+        h.id in quarantined for i in range(60) for h in store.query("docs", vec(i), top_k=3)
+    )
+
+
 def test_lancedb_refuses_foreign_table(tmp_path: pathlib.Path) -> None:
     import lancedb
 
