@@ -594,7 +594,7 @@ class LanceDBStore(VectorStore):
         t = self._table(collection)
         tbl = self._unindexed_search(t, spec, q, where, top_k, include_quarantined, refs)
         if tbl is None:
-            tbl = self._indexed_search(t, spec, q, to_lance(node), top_k, refs)
+            tbl = self._builder_search(t, spec, q, to_lance(node), top_k, refs)
         rows = self._refs(tbl) if refs else self._rows(spec, tbl, None)
         hits = []
         for rec, d in zip(rows, tbl["_distance"].to_pylist(), strict=True):
@@ -617,15 +617,15 @@ class LanceDBStore(VectorStore):
     ) -> pa.Table | None:
         """The exact search of a table without an ANN index (every collection below
         `index_threshold`), in one trip to LanceDB's event loop; None when the table has an
-        ANN index (or LanceDB's async table is not at hand), for `_indexed_search`.
+        ANN index (or LanceDB's async table is not at hand), for `_builder_search`.
 
         Why: a warm query spends most of its store time on fixed costs, not on distances. The
         sync query builder makes one trip to LanceDB's background loop per step (the index
         listing, the schema twice, the query), each checking for a newer table version; here
-        they are one coroutine (about 4 ms of 12 on SciFact's 431 rows).
+        they are one coroutine.
 
-        The quarantine exclusion is checked on the result instead of prefiltered (a
-        prefilter on `quarantined` cost about 3 ms more): the search runs with the caller's
+        The quarantine exclusion is checked on the result instead of prefiltered (the
+        prefilter on `quarantined` cost about 1 to 4 ms more): the search runs with the caller's
         filter only, and if any of its top_k is quarantined it runs again with the
         exclusion. That is exact: when none of the top_k of the records the caller's filter
         admits is quarantined, they are also the top_k of those records minus the
@@ -664,7 +664,7 @@ class LanceDBStore(VectorStore):
 
         return LOOP.run(run())  # type: ignore[no-any-return]
 
-    def _indexed_search(
+    def _builder_search(
         self,
         t: Any,
         spec: CollectionSpec,
@@ -673,6 +673,8 @@ class LanceDBStore(VectorStore):
         top_k: int,
         refs: bool,
     ) -> pa.Table:
+        """A search through LanceDB's sync query builder, prefiltered by `clause`: ANN on an
+        indexed table (exact when that finds fewer than k rows the filter admits)."""
         indexed = self._has_vector_index(t)
         tbl = self._search(t, spec, q, clause, top_k, exact=not indexed, refs=refs)
         if indexed and tbl.num_rows < top_k and t.count_rows(clause) > tbl.num_rows:

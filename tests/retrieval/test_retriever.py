@@ -235,6 +235,22 @@ def test_async_twins_share_one_warm_retriever(fake: FakeServer, collection_facto
     assert len({tuple(c.id for c in r.passages) for r in results}) == 1
 
 
+def test_warm_asks_clef_nothing_and_changes_no_result(
+    fake: FakeServer, collection_factory: Any
+) -> None:
+    fake.answer_with(judge())
+    col = collection_factory(fake)
+    with Retriever(col.settings) as r:
+        cold = r.retrieve(QUERY)
+    asked = len(fake.requests)
+    with Retriever(col.settings) as r:
+        assert r.warm() is r  # imports the query path's modules (by name) and collects
+        assert len(fake.requests) == asked
+        warm = r.retrieve(QUERY)
+    assert [c.id for c in warm.passages] == [c.id for c in cold.passages]
+    assert warm.gate_p == cold.gate_p and warm.clef_requests == cold.clef_requests
+
+
 def test_clef_off_is_vector_order_and_degraded(collection_factory: Any) -> None:
     col = collection_factory(None)
     with Retriever(col.settings) as r:
