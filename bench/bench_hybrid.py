@@ -357,12 +357,15 @@ def tune(args: argparse.Namespace) -> None:
         for k in (5, 10, 20, 30, 60, 100):
             for vw, tw in ((1.0, 1.0), (1.0, 0.75), (1.0, 0.5), (0.75, 1.0), (0.5, 1.0)):
                 grid.append(
-                    FusionConfig(rrf_k=k, candidates=depth, vector_weight=vw, text_weight=tw)
+                    FusionConfig(
+                        method="rrf", rrf_k=k, candidates=depth, vector_weight=vw, text_weight=tw
+                    )
                 )
-        for vw, tw in ((1.0, 1.0), (1.0, 0.75), (1.0, 0.5), (0.75, 1.0), (0.5, 1.0)):
-            grid.append(
-                FusionConfig(method="weighted", candidates=depth, vector_weight=vw, text_weight=tw)
-            )
+        for method in ("weighted", "zscore"):
+            for vw, tw in ((1.0, 1.0), (1.0, 0.75), (1.0, 0.5), (0.75, 1.0), (0.5, 1.0)):
+                grid.append(
+                    FusionConfig(method=method, candidates=depth, vector_weight=vw, text_weight=tw)
+                )
     rows = [{"fusion": name, "tune": score(name, "tune")} for name in ("vector", "text")]
     for cfg in grid:
         k = f" k={cfg.rrf_k}" if cfg.method == "rrf" else ""
@@ -372,7 +375,15 @@ def tune(args: argparse.Namespace) -> None:
         rows.append({"fusion": label, "tune": score(cfg, "tune"), "cfg": cfg})
     default = FusionConfig(candidates=100)
     best = max(rows[2:], key=lambda r: r["tune"]["ndcg@10"])
-    shown = [*rows[:2], {"fusion": "default rrf k=60 depth=100 w=1/1", "cfg": default}, best]
+    shown = [
+        *rows[:2],
+        {
+            "fusion": "rrf k=60 depth=100 w=1/1 (default until 1 Dec)",
+            "cfg": FusionConfig(method="rrf", candidates=100),
+        },
+        {"fusion": f"default: {default.method} depth=100 w=1/1", "cfg": default},
+        best,
+    ]
     print(
         f"store {args.kind}; train {len(train)} queries = tune {len(splits['tune'])} + check "
         f"{len(splits['check'])}; {len(grid)} fusion settings tried on the tune half"
@@ -390,6 +401,12 @@ def tune(args: argparse.Namespace) -> None:
     print("\ntop 10 on the tune half (nDCG@10):")
     for r in top:
         print(f"  {r['tune']['ndcg@10']:.4f}  {r['fusion']}")
+    # Each method family at the default depth and weights, on every half: is the choice of a
+    # family (not of its best point on tune) what holds on the check half?
+    print("\nper method at depth 100, w 1/1 (nDCG@10 tune / check / train):")
+    for cfg in (FusionConfig(method=m, candidates=100) for m in ("rrf", "weighted", "zscore")):
+        got = [score(cfg, split)["ndcg@10"] for split in ("tune", "check", "train")]
+        print(f"  {cfg.method:8s} " + " / ".join(f"{g:.4f}" for g in got))
     out = RESULTS / f"hybrid_tune_{args.kind}.json"
     out.write_text(json.dumps([{k: v for k, v in r.items() if k != "cfg"} for r in rows], indent=1))
     print(f"-> {out}")
@@ -456,7 +473,7 @@ def main() -> None:
     c.add_argument("--collection", default="eval-scifact", help="with --from-store")
     q = sub.add_parser("quality", help="nDCG@10, recall@10, recall@100 on the train qrels")
     q.add_argument("--kinds", type=lambda s: s.split(","), default=["lancedb"])
-    q.add_argument("--fusion", choices=["rrf", "weighted"], default="rrf")
+    q.add_argument("--fusion", choices=["zscore", "weighted", "rrf"], default="zscore")
     q.add_argument("--rrf-k", type=int, default=60)
     q.add_argument("--candidates", type=int, default=0, help="Per-list depth (default 300).")
     q.add_argument("--vector-weight", type=float, default=1.0)

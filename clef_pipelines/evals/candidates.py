@@ -139,7 +139,11 @@ def recall_candidates(
                     stats.text_recall = str(exc)
             stats.search_seconds += time.perf_counter() - began
             hits, text_hits = deep[:top_k], text_deep[:top_k]
-            fused_hits = fuse(deep, text_deep, fusion)[:top_k] if stats.text_recall == "ok" else []
+            fused_hits = (
+                fuse(deep, text_deep, fusion, depth=depth)[:top_k]
+                if stats.text_recall == "ok"
+                else []
+            )
             vector_score = {h.id: float(h.score) for h in hits}
             text_score = {h.id: h.raw_score for h in text_hits}
             fused = {h.id: h.score for h in fused_hits}

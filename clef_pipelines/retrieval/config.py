@@ -22,12 +22,13 @@ RecallMode = Literal["vector", "text", "hybrid"]
 class FusionConfig(StrictModel):
     """How hybrid recall fuses the vector and the full-text lists."""
 
-    method: Literal["rrf", "weighted"] = Field(
-        "rrf",
-        description="rrf: reciprocal rank fusion (no score calibration needed); weighted: "
-        "weighted sum of min-max normalised scores.",
+    method: Literal["zscore", "weighted", "rrf"] = Field(
+        "zscore",
+        description="zscore: weighted sum of each list's scores standardised by the list's "
+        "standard deviation (the best on SciFact train, both halves); weighted: the same "
+        "min-max normalised; rrf: reciprocal rank fusion (ranks only).",
     )
-    rrf_k: int = Field(60, ge=1, description="RRF constant k in w / (k + rank).")
+    rrf_k: int = Field(60, ge=1, description="rrf: the constant k in w / (k + rank).")
     vector_weight: float = Field(1.0, ge=0, description="Weight of the vector list.")
     text_weight: float = Field(1.0, ge=0, description="Weight of the full-text list.")
     candidates: int = Field(
@@ -155,8 +156,9 @@ class RetrievalConfig(StrictModel):
         "import: a fast cold start) or torch (sentence-transformers).",
     )
     mode: RecallMode = Field(
-        "vector",
-        description="Recall by vector, full-text (text) or both fused (hybrid).",
+        "hybrid",
+        description="Recall by vector, full-text (text) or both fused (hybrid: +0.05 nDCG@10 "
+        "over vector on SciFact train; a collection without a full-text index: vector).",
     )
     fusion: FusionConfig = FusionConfig()
     route: RouteConfig = RouteConfig()

@@ -3,6 +3,7 @@ candidates reach the Clef stages unchanged."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from clef_pipelines.embedding.hashing import HashEmbedder
 from clef_pipelines.retrieval import Retriever
 from clef_pipelines.retrieval.config import FusionConfig
-from clef_pipelines.retrieval.fusion import rrf_fuse, weighted_fuse
+from clef_pipelines.retrieval.fusion import fuse, rrf_fuse, weighted_fuse
 from clef_pipelines.retrieval.recall import recall
 from clef_pipelines.stores.base import Hit, NoTextSearch
 from tests.clef.fake_server import FakeServer
@@ -36,6 +37,56 @@ def test_rrf_and_weighted_fusion() -> None:
     # Min-max: x 1 + 0, y 0.875 + 0, z 0 + 1 ... y also gets text 0 (it is the text minimum).
     assert [h.id for h in w][:1] == ["x"] and {h.id for h in w} == {"x", "y", "z"}
     assert rrf_fuse([[], []]) == []
+
+
+def text_hit(i: str, raw: float) -> Hit:
+    """A full-text hit as the stores make it: `score` squashes the raw BM25 into [0, 1)."""
+    return Hit(id=i, score=raw / (1 + raw), raw_score=raw, record={"id": i})
+
+
+def test_zscore_fusion_standardises_each_list_and_reads_raw_text_scores() -> None:
+    vector = [hit("x", 0.9), hit("y", 0.8), hit("z", 0.1)]
+    text = [text_hit("z", 12.0), text_hit("y", 3.0), text_hit("w", 1.0)]
+
+    def z(values: list[float], floor: float | None = None) -> list[float]:
+        """Standard scores shifted so the floor (a missing record's value) is 0: the list's
+        lowest for a full list; 0, counted in the spread, for a list holding every match."""
+        if floor is None:
+            floor, spread = min(values), statistics.pstdev(values)
+        else:
+            spread = statistics.pstdev([*values, floor])
+        return [(v - floor) / spread for v in values]
+
+    def expect(zv: list[float], zt: list[float]) -> dict[str, float]:
+        """Fused values of w, x, y, z: the vector list is x y z, the text list z y w."""
+        by_v, by_t = dict(zip("xyz", zv, strict=True)), dict(zip("zyw", zt, strict=True))
+        return {i: by_v.get(i, 0.0) + by_t.get(i, 0.0) for i in "wxyz"}
+
+    # Full lists (as deep as asked): the default is zscore, weights 1 / 1.
+    want = expect(z([0.9, 0.8, 0.1]), z([12.0, 3.0, 1.0]))
+    fused = fuse(vector, text, FusionConfig(), depth=3)
+    assert [h.id for h in fused] == sorted(want, key=lambda i: -want[i]) == ["y", "z", "x", "w"]
+    assert {h.id: h.score for h in fused} == pytest.approx(want)
+    assert all(h.score >= 0 for h in fused)  # a fused score is never negative
+    # The text leg is read raw: squashed scores would weigh y's BM25 3 (vs 12) far higher.
+    squashed = weighted_fuse([vector, text], [1.0, 1.0], spread="sd")
+    assert {h.id: h.score for h in squashed}["y"] > want["y"] + 0.5
+    # Lists shorter than asked hold every match: a missing record has the no-match value 0.
+    short = expect(z([0.9, 0.8, 0.1], 0.0), z([12.0, 3.0, 1.0], 0.0))
+    assert {h.id: h.score for h in fuse(vector, text, FusionConfig())} == pytest.approx(short)
+    # So the only full-text match of a rare term counts (2), as the only hit of a list.
+    only = fuse(vector, [text_hit("z", 6.0)], FusionConfig())
+    assert {h.id: h.score for h in only}["z"] == pytest.approx(2.0 + z([0.9, 0.8, 0.1], 0.0)[2])
+    # Weights scale each list; a list of equal scores gives its hits 1.
+    only_text = fuse(vector, text, FusionConfig(vector_weight=0.0), depth=3)
+    assert [h.id for h in only_text][:2] == ["z", "y"]
+    flat = weighted_fuse([[hit("a", 0.5), hit("b", 0.5)], []], [1.0, 1.0], spread="sd")
+    assert [(h.id, h.score) for h in flat] == [("a", 1.0), ("b", 1.0)]
+    # Min-max (`weighted`) reads the same values.
+    mm = fuse(vector, text, FusionConfig(method="weighted"), depth=3)
+    assert {h.id: h.score for h in mm} == pytest.approx(
+        {"x": 1.0, "y": 0.875 + 2 / 11, "z": 1.0, "w": 0.0}
+    )
 
 
 def test_recall_modes(collection_factory: Any) -> None:

@@ -698,7 +698,7 @@ def replace_spec(s: CollectionSpec, **kw: Any) -> CollectionSpec:
     return dataclasses.replace(s, **kw)
 
 
-@pytest.mark.parametrize("method", ["rrf", "weighted"])
+@pytest.mark.parametrize("method", ["zscore", "weighted", "rrf"])
 def test_hybrid_search(store: VectorStore, method: str) -> None:
     from clef_pipelines.retrieval.config import FusionConfig
     from clef_pipelines.retrieval.fusion import search
