@@ -167,6 +167,8 @@ def scaled(records: list[dict[str, Any]], size: int, seed: int = 0) -> list[dict
 
 #: pgvector's full-text budget (store.pgvector.text_candidates); None: the store's default.
 PG_TEXT_CANDIDATES: int | None = None
+#: pgvector: weigh each query term's ts_rank by its IDF (--pg-text-idf).
+PG_TEXT_IDF = False
 
 
 @contextlib.contextmanager
@@ -189,6 +191,7 @@ def open_store(kind: str, root: pathlib.Path, dsn: str | None) -> Iterator[Any]:
         store = PgVectorStore(dsn or "", schema="b_" + uuid.uuid4().hex[:10])
         if PG_TEXT_CANDIDATES is not None:
             store.text_candidates = PG_TEXT_CANDIDATES
+        store.text_idf = PG_TEXT_IDF
     try:
         yield store
     finally:
@@ -481,6 +484,7 @@ def main() -> None:
     q.add_argument("--limit", type=int, default=0, help="Only the first N train queries.")
     q.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
     q.add_argument("--pg-text-candidates", type=int, help="pgvector text budget (0: unbounded)")
+    q.add_argument("--pg-text-idf", action="store_true", help="pgvector: IDF-weighted ts_rank")
     t = sub.add_parser("tune", help="fusion settings chosen on half of train, checked on the rest")
     t.add_argument("--kind", default="lancedb")
     p = sub.add_parser("speed", help="query p50 per store and mode; load and index time")
@@ -490,9 +494,12 @@ def main() -> None:
     p.add_argument("--top-k", type=int, default=30, help="retrieval.top_k (the default: 30)")
     p.add_argument("--candidates", type=int, default=0, help="fusion.candidates (default: its)")
     p.add_argument("--pg-text-candidates", type=int, help="pgvector text budget (0: unbounded)")
+    p.add_argument("--pg-text-idf", action="store_true", help="pgvector: IDF-weighted ts_rank")
     args = parser.parse_args()
     global PG_TEXT_CANDIDATES
     PG_TEXT_CANDIDATES = getattr(args, "pg_text_candidates", None)
+    global PG_TEXT_IDF
+    PG_TEXT_IDF = bool(getattr(args, "pg_text_idf", False))
     if args.cmd == "speed":
         # size 0: the SciFact collection as ingested.
         n = len(load_cached()[0])

@@ -124,7 +124,8 @@ def _text(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
 
 def _hybrid(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
     ranking = sent_top(candidates, "hybrid_score", ctx.config.context_k)
-    return SystemRun(ranking, note=f"fused (RRF) top {ctx.config.context_k} chunks sent")
+    method = ctx.retrieval.fusion.method if ctx.retrieval is not None else "default"
+    return SystemRun(ranking, note=f"fused ({method}) top {ctx.config.context_k} chunks sent")
 
 
 register_system(

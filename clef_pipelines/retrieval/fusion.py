@@ -28,7 +28,7 @@ Plain functions: the recall step and the eval harness call `search` with a mode.
 from __future__ import annotations
 
 import logging
-import statistics
+import math
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -87,12 +87,18 @@ def weighted_fuse(
         exhaustive = depth is not None and len(values) < depth
         lo = 0.0 if exhaustive else min(values)
         spread_of = [*values, lo] if exhaustive else values
-        width = max(values) - lo if spread == "range" else statistics.pstdev(spread_of)
+        width = max(values) - lo if spread == "range" else _pstdev(spread_of)
         for hit, value in zip(hits, values, strict=True):
             norm = (value - lo) / width if width > 0 else 1.0
             fused[hit.id] = fused.get(hit.id, 0.0) + w * norm
             first.setdefault(hit.id, hit)
     return _ordered(fused, first)
+
+
+def _pstdev(values: Sequence[float]) -> float:
+    """Population standard deviation (statistics.pstdev is exact, and 10x slower)."""
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
 
 
 def _score(hit: Hit) -> float:

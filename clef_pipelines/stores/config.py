@@ -79,6 +79,12 @@ class PgVectorConfig(StrictModel):
         "query's rarest terms, by ANALYZE's term frequencies. Keeps text and hybrid latency "
         "flat as the table grows; 0 ranks every match (cost grows with the table).",
     )
+    text_idf: bool = Field(
+        False,
+        description="Weigh each query term's ts_rank by its BM25 IDF (ANALYZE's term "
+        "frequencies): SciFact train text nDCG@10 0.607 -> 0.669, hybrid 0.719 -> 0.729, at "
+        "about twice the full-text query time.",
+    )
 
 
 class StoreConfig(StrictModel):

@@ -100,6 +100,7 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             ef_search=p.ef_search,
             maintenance_work_mem=p.maintenance_work_mem,
             text_candidates=p.text_candidates,
+            text_idf=p.text_idf,
         )
     if kind == "memory":
         return _process_memory_store()

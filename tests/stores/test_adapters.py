@@ -252,9 +252,10 @@ def test_pgvector_first_load_is_copied_then_indexed(pg_dsn: str) -> None:
 
 
 def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
-    """The bounded full-text leg (store.pgvector.text_candidates) ranks with the same ts_rank
-    as the unbounded one: without statistics it takes every term (the same list), after
-    ANALYZE a list whose rows all hold a rare term is the same list; quoting is safe."""
+    """The bounded full-text leg (store.pgvector.text_candidates) ranks as the unbounded one:
+    without statistics it takes every term (the same list), after ANALYZE a list whose rows
+    all hold a rare term is the same list; terms are weighted by IDF once ANALYZE has counted
+    them; quoting is safe."""
     import psycopg
     from psycopg import sql
 
@@ -292,12 +293,21 @@ def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
         store.upsert("t", recs)
         by_id = {r["id"]: r for r in recs}
 
-        def ids(text: str, budget: int, **kw: Any) -> list[str]:
-            store.text_candidates = budget
+        def ids(text: str, budget: int, *, idf: bool = False, **kw: Any) -> list[str]:
+            store.text_candidates, store.text_idf = budget, idf
             return [h.id for h in store.text_query("t", text, top_k=5, **kw)]
 
         for q in ("zebrafish cell kinase", "membrane signal", "O'Reilly's \\ zebrafish", "the"):
             assert ids(q, 50) == ids(q, 0), q  # no statistics yet: every term taken
+
+        # Plain ts_rank (and text_idf before any statistics: every weight 1): the shorter
+        # protein rows outrank the rows holding the rare zebrafish.
+        def holds(got: list[str], term: str) -> bool:
+            return len(got) == 5 and all(term in by_id[i]["body"].split() for i in got)
+
+        assert holds(ids("zebrafish protein", 0), "protein")
+        assert ids("zebrafish protein", 0, idf=True) == ids("zebrafish protein", 0)
+        assert ids("zebrafish protein", 50, idf=True) == ids("zebrafish protein", 50)
         store.maintain("t")  # ANALYZE: the term frequencies the bound reads
         with psycopg.connect(pg_dsn) as conn:
             row = conn.execute(
@@ -313,6 +323,12 @@ def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
                 (f"{schema}.t", f"%{_ix('t', '_tsv')}%"),
             ).fetchall()
         assert left == [(0,)], left
+        # With them, text_idf weighs each term's ts_rank by its IDF: zebrafish (8 of 400
+        # rows) outweighs protein (133), bounded or not; plain ts_rank does not.
+        assert holds(ids("zebrafish protein", 0, idf=True), "zebrafish")
+        assert ids("zebrafish protein", 50, idf=True) == ids("zebrafish protein", 0, idf=True)
+        assert holds(ids("zebrafish protein", 0), "protein")
+        assert ids("O'Reilly's \\ zebrafish", 50, idf=True)  # quoting holds with IDF too
         rare = ids("zebrafish cell kinase", 0)
         assert len(rare) == 5 and ids("zebrafish cell kinase", 50) == rare  # all hold zebrafish
         # A filter that leaves 2 zebrafish rows: those first, then rows of the common term.
