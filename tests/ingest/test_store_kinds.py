@@ -55,7 +55,9 @@ def test_ingest_and_query_on_each_store(
     assert answer["query"] == "how do I rotate a token"
     passages = answer["passages"]
     assert 0 < len(passages) <= 5
-    assert all(0.0 <= p["vector_score"] <= 1.0 for p in passages)
+    # Recall is hybrid by default: a passage's score is its fused score (z-score fusion:
+    # >= 0, not capped at 1). Clef is off here: recall order.
+    assert all(p["vector_score"] >= 0.0 for p in passages)
     scores = [p["vector_score"] for p in passages]
-    assert scores == sorted(scores, reverse=True)  # Clef is off here: vector order
+    assert scores == sorted(scores, reverse=True)
     assert all(p["doc_id"] != doc_id for p in passages)
