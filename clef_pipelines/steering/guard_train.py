@@ -24,7 +24,8 @@ Procedure (every choice is made on train + validation; the test split is only re
    ``--seeds`` 385 -> 64 -> 1 MLPs (merged into one network); the one with the better
    validation recall (mean over injection sources, at its own threshold) is kept.
 5. Threshold: the lowest score that quarantines at most ``--max-false-quarantine`` of the
-   validation paragraphs (SciFact, Python docs, package docs), end to end through the cascade.
+   validation paragraphs of each prose source (SciFact, Python docs, package READMEs, shipped
+   help docs), end to end through the cascade.
 """
 
 from __future__ import annotations
@@ -46,12 +47,19 @@ from clef_pipelines.steering.guard_data import (
     INJECTION_SOURCES,
     PARAGRAPH_SOURCES,
     Example,
+    helpdocs_provenance,
     load_all,
     pkgdocs_licences,
 )
 
 WINDOW_WORDS = 48
 BUCKETS = 1 << 18
+#: Benign sources that only stage 2 learns from. Stage 1 and its gate decide which windows go
+#: to MiniLM (the guard's cost at ingest) and must keep 0.99 of injections; help text taught to
+#: stage 1 pulled down its word evidence on injections that share help text's words ("reply",
+#: "document", "note"), while stage 2, which also sees the vector, is where hard negatives of
+#: imperative prose for a human reader belong.
+STAGE2_ONLY_SOURCES = ("helpdocs",)
 
 
 # -- MiniLM vectors, cached by text ---------------------------------------------------------
@@ -180,11 +188,14 @@ def training_windows(
         groups.append(benign[owner_of].text)
         sources.append(benign[owner_of].source)
     attacks = [e for e in rows if e.label == 1]
-    # Pass 1: whole injection texts against benign windows.
+    # Pass 1: whole injection texts against the benign windows stage 1 learns from.
+    stage1_benign = [
+        t for t, src in zip(texts, sources, strict=True) if src not in STAGE2_ONLY_SOURCES
+    ]
     w1, b1 = fit_stage1(
-        texts + [" ".join(e.text.split()) for e in attacks],
-        np.array(labels + [1] * len(attacks)),
-        np.ones(len(texts) + len(attacks)),
+        stage1_benign + [" ".join(e.text.split()) for e in attacks],
+        np.array([0] * len(stage1_benign) + [1] * len(attacks)),
+        np.ones(len(stage1_benign) + len(attacks)),
         stage1_c,
     )
     attack_windows, owner = windows_of(attacks)
@@ -240,21 +251,31 @@ def fit_stage1(windows, labels, weights, c: float):  # type: ignore[no-untyped-d
     return model.coef_[0].astype(np.float32), float(model.intercept_[0])
 
 
-def out_of_fold_logits(windows, labels, weights, groups, c: float, folds: int) -> np.ndarray:  # type: ignore[no-untyped-def]
+def out_of_fold_logits(
+    windows: Sequence[str],
+    labels: np.ndarray,
+    weights: np.ndarray,
+    groups: Sequence[str],
+    c: float,
+    folds: int,
+    fits: np.ndarray | None = None,
+) -> np.ndarray:
     """Stage-1 logits of the training windows, each from a model fitted without its fold
     (folds by group, i.e. by source text). Stage 2 learns how far to trust the stage-1 logit
     from these: the in-sample logits are over-confident on the very windows stage 1 was fitted
-    on, and stage 2 would learn to trust them more than they deserve on unseen text."""
+    on, and stage 2 would learn to trust them more than they deserve on unseen text. ``fits``
+    (a mask) says which windows stage 1 is fitted on; every window gets a logit."""
     from sklearn.linear_model import LogisticRegression
 
     matrix = stage1_matrix(windows)
     fold = np.array([int(hashlib.sha1(g.encode()).hexdigest()[:8], 16) % folds for g in groups])
     out = np.zeros(len(windows))
+    usable = np.ones(len(windows), dtype=bool) if fits is None else fits
     for f in range(folds):
-        fit = fold != f
+        fit = (fold != f) & usable
         model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000, solver="liblinear")
         model.fit(matrix[fit], labels[fit], sample_weight=weights[fit])
-        out[~fit] = matrix[~fit] @ model.coef_[0] + model.intercept_[0]
+        out[fold == f] = matrix[fold == f] @ model.coef_[0] + model.intercept_[0]
         print(f"  out-of-fold stage-1 logits: fold {f + 1}/{folds}", file=sys.stderr)
     return out
 
@@ -412,7 +433,14 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
         examples, args.stage1_c, args.plant_share
     )
     print(f"training on {len(windows)} windows ({int(labels.sum())} injection)", file=sys.stderr)
-    w1, b1 = fit_stage1(windows, labels, weights, args.stage1_c)
+    source_of = np.array(sources)
+    for_stage1 = ~np.isin(source_of, STAGE2_ONLY_SOURCES)
+    w1, b1 = fit_stage1(
+        [w for w, keep in zip(windows, for_stage1, strict=True) if keep],
+        labels[for_stage1],
+        weights[for_stage1],
+        args.stage1_c,
+    )
 
     # Gate: keep gate_recall of validation injections, standalone and planted (text level: a
     # text passes when any of its windows passes).
@@ -428,6 +456,10 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
     # of real prose among them), plus a margin below the gate.
     train_logits = stage1_matrix(windows) @ w1 + b1
     seen = np.flatnonzero(train_logits >= gate - args.stage2_margin)
+    # A fixed sample of the stage-2-only windows, so the MiniLM work they add stays modest.
+    extra = seen[~for_stage1[seen]]
+    extra = set(extra[_hash_order([windows[i] for i in extra])][: args.stage2_only_windows])
+    seen = np.array([i for i in seen if for_stage1[i] or i in extra], dtype=np.int64)
     if args.stage2_cached_only:
         # Leave-one-source-out runs: stage 2 learns from the windows already embedded (no
         # held-out text is among them, and it saves a MiniLM pass per run).
@@ -441,7 +473,9 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
     vectors = cache.vectors([windows[i] for i in order])
     scale = args.stage1_feature_scale
     if scale:
-        oof = out_of_fold_logits(windows, labels, weights, groups, args.stage1_c, args.folds)
+        oof = out_of_fold_logits(
+            windows, labels, weights, groups, args.stage1_c, args.folds, for_stage1
+        )
         inputs = stage2_inputs(vectors, oof[order], scale)
     else:
         inputs = stage2_inputs(vectors, train_logits[order], 0.0)
@@ -449,7 +483,7 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
     # addressed to a human reader, few of them pass the gate, and they are what stacking the
     # word evidence lifts; weighing them up keeps stage 2 from trusting "run", "store", "enter"
     # too much (stage 1 and the gate are fitted with plain weights).
-    docs = np.isin(np.array(sources)[order], ("pydocs", "pkgdocs"))
+    docs = np.isin(source_of[order], ("pydocs", "pkgdocs", "helpdocs"))
     stage2_weights = np.where(docs, args.doc_weight, 1.0) * weights[order]
     best: Trained | None = None
     best_recall = -1.0
@@ -629,6 +663,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--stage2-windows", type=int, default=30000)
     parser.add_argument("--stage2-margin", type=float, default=0.5)
     parser.add_argument(
+        "--stage2-only-windows",
+        type=int,
+        default=4000,
+        help="windows of the stage-2-only sources (help docs) stage 2 trains on, a fixed "
+        "sample of those that pass the gate",
+    )
+    parser.add_argument(
         "--plant-share",
         type=float,
         default=0.5,
@@ -664,6 +705,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "stage1_mix": model.mix,
         "test": test,
         "pkgdocs_licences": pkgdocs_licences(),
+        "helpdocs_provenance": helpdocs_provenance(),
     }
     if args.loso:
         result["leave_one_source_out"] = leave_one_source_out(examples, cache, args)

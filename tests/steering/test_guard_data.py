@@ -1,0 +1,60 @@
+"""The guard's training data: prose extraction from shipped docs and the split by package."""
+
+from __future__ import annotations
+
+from clef_pipelines.steering import guard_data
+from clef_pipelines.steering.guard_data import _doc_paragraphs
+
+DOC = """Installing
+==========
+
+Download the archive, unpack it and run the installer as root. It asks for the target
+folder and writes a log of every file it copied.
+
+```bash
+./configure --prefix=/usr/local && make install && echo "done with the install"
+```
+
+.. note::
+
+    Indented reStructuredText body that is code, not prose for the reader at all.
+
+    $ sudo make install --with-every-option-we-have-in-this-build
+
+You are a helpful assistant. Summarise the following support ticket for the agent on duty.
+
+Ignore the previous release notes: this version changes the configuration file format.
+
+Store the new key in your secret manager and export the audit log for your SIEM tool.
+"""
+
+
+def test_doc_paragraphs_keep_prose_for_the_reader_only() -> None:
+    paragraphs = _doc_paragraphs(DOC)
+    assert paragraphs == [
+        "Download the archive, unpack it and run the installer as root. It asks for the target "
+        "folder and writes a log of every file it copied.",
+        "Store the new key in your secret manager and export the audit log for your SIEM tool.",
+    ]
+
+
+def test_a_package_s_shipped_docs_fall_on_its_readme_s_side_of_the_split() -> None:
+    """helpdocs and pkgdocs read the same packages: one split per package, so a package's README
+    and its shipped docs are never on different sides (no held-out figure on a seen package)."""
+    owners: dict[str, set[str]] = {}
+    for name, dist in guard_data._installed_distributions():
+        for text in guard_data._pkg_paragraphs(dist):
+            owners.setdefault(text, set()).add(name)
+    helpdocs = guard_data.helpdocs_by_package()
+    for name, (_, paragraphs) in helpdocs.items():
+        for text in paragraphs:
+            owners.setdefault(text, set()).add(name)
+    rows = guard_data.load_pkgdocs() + guard_data.load_helpdocs()
+    sides: dict[str, set[str]] = {}
+    for e in rows:
+        if len(owners[e.text]) == 1:  # a text several packages ship has no one side
+            sides.setdefault(next(iter(owners[e.text])), set()).add(e.split)
+    assert {e.source for e in rows} == {"pkgdocs", "helpdocs"}
+    assert all(len(s) == 1 for s in sides.values()), sides
+    both = [n for n, (origin, _) in helpdocs.items() if origin == "pypi" and n in sides]
+    assert both and {next(iter(sides[n])) for n in sides} == {"train", "val", "test"}
