@@ -28,6 +28,7 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
   with ..."): the hard negatives an injection guard confuses most. Benign, hash split by
   package with the same key as ``pkgdocs`` (a package's README and its shipped docs fall on
   the same side), at most ``HELPDOCS_PER_PACKAGE`` paragraphs per package (picked by hash).
+  Only the guard's stage 2 learns from it (``guard_train.STAGE2_ONLY_SOURCES``).
   Each package's licence is recorded by ``helpdocs_provenance``.
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
 

@@ -22,7 +22,9 @@ Procedure (every choice is made on train + validation; the test split is only re
    each with its stage-1 logit as one more input (``--stage1-feature-scale``; in training the
    out-of-fold logit, see ``out_of_fold_logits``): a logistic regression and an average of
    ``--seeds`` 385 -> 64 -> 1 MLPs (merged into one network); the one with the better
-   validation recall (mean over injection sources, at its own threshold) is kept.
+   validation recall (mean over injection sources, at its own threshold) is kept. The help
+   docs (``STAGE2_ONLY_SOURCES``) are left out of stage 1 and the gate and only feed stage 2,
+   a fixed sample of ``--stage2-only-windows`` of their gated windows.
 5. Threshold: the lowest score that quarantines at most ``--max-false-quarantine`` of the
    validation paragraphs of each prose source (SciFact, Python docs, package READMEs, shipped
    help docs), end to end through the cascade.
