@@ -718,26 +718,53 @@ class LanceDBStore(VectorStore):
         if node is None:
             return []
         t = self._table(collection)
-        if self._fts_index(t) is None:
-            with self._lock:
-                if not self._ensure_fts_index(spec):
-                    return []  # an empty table
-        s = t.search(text, query_type="fts", fts_columns=_TEXT)
         clause = to_lance(node)
-        if clause is not None:
-            s = s.where(clause, prefilter=True)
-        if refs:
-            tbl = s.with_row_id(True).select(["id", "_score"]).limit(top_k).to_arrow()
-            rows = self._refs(tbl)
-        else:
-            tbl = s.select([*self._select(spec, None), "_score"]).limit(top_k).to_arrow()
-            rows = self._rows(spec, tbl, None)
+        cols = ["id", "_score"] if refs else [*self._select(spec, None), "_score"]
+        tbl = self._one_trip_text_search(t, text, clause, top_k, cols, refs)
+        if tbl is None:
+            if self._fts_index(t) is None:
+                with self._lock:
+                    if not self._ensure_fts_index(spec):
+                        return []  # an empty table
+            s = t.search(text, query_type="fts", fts_columns=_TEXT)
+            if clause is not None:
+                s = s.where(clause, prefilter=True)
+            if refs:
+                s = s.with_row_id(True)
+            tbl = s.select(cols).limit(top_k).to_arrow()
+        rows = self._refs(tbl) if refs else self._rows(spec, tbl, None)
         hits = [
             Hit(id=rec["id"], score=text_score(float(r)), raw_score=float(r), record=rec)
             for rec, r in zip(rows, tbl["_score"].to_pylist(), strict=True)
         ]
         hits.sort(key=lambda h: (-h.raw_score, h.id))
         return hits
+
+    @staticmethod
+    def _one_trip_text_search(
+        t: Any, text: str, clause: str | None, top_k: int, cols: list[str], refs: bool
+    ) -> pa.Table | None:
+        """The full-text search in one trip to LanceDB's loop (as `_unindexed_search`:
+        the builder's trips for the index listing, the schema and the query are one); None
+        when the table has no full-text index yet (or no async table is at hand): the
+        builder path then creates the index first."""
+        handle = _async_table(t)
+        if handle is None:
+            return None
+
+        async def run() -> pa.Table | None:
+            if not any(_TEXT in ix.columns for ix in await handle.list_indices()):
+                return None
+            s = handle.query().nearest_to_text(text, columns=[_TEXT])
+            if clause is not None:
+                s = s.where(clause)  # a prefilter, as the builder path's
+            if refs:
+                s = s.with_row_id()
+            return await s.select(cols).limit(top_k).to_arrow()
+
+        from lancedb.background_loop import LOOP
+
+        return LOOP.run(run())  # type: ignore[no-any-return]
 
     @staticmethod
     def _refs(tbl: pa.Table) -> list[Record]:
@@ -761,7 +788,14 @@ class LanceDBStore(VectorStore):
         found: dict[str, Record] = {}
         taken = [r for r in row_ids if r is not None]
         if taken:
-            tbl = t.take_row_ids(taken).select(self._select(spec, None)).to_arrow()
+            cols = self._select(spec, None)
+            handle = _async_table(t)
+            if handle is not None:  # one trip to LanceDB's loop, as `_unindexed_search`
+                from lancedb.background_loop import LOOP
+
+                tbl = LOOP.run(handle.take_row_ids(taken).select(cols).to_arrow())
+            else:
+                tbl = t.take_row_ids(taken).select(cols).to_arrow()
             found = {r["id"]: r for r in self._rows(spec, tbl, None)}
         missing = [h.id for h in hits if h.id not in found]
         if missing:

@@ -167,6 +167,52 @@ def test_lancedb_one_trip_search_equals_the_builder_path(
     )
 
 
+def test_lancedb_one_trip_text_search_equals_the_builder_path(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Full-text searches and reads by row id also run in one trip to LanceDB's loop: the
+    same hits, scores and records as through the query builder."""
+    from dataclasses import replace
+
+    from clef_pipelines.stores import lancedb_store
+    from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+    store = LanceDBStore(tmp_path / "l")
+    store.ensure_collection(replace(spec(), text_fields=("text",)))
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+    store.upsert(
+        "docs",
+        [
+            {
+                "id": uid(f"t-{i}"),
+                "vector": vec(i),
+                "doc_id": "ab"[i % 2],
+                "text": " ".join(words[(i + j) % 6] for j in range(i % 4 + 1)),
+                "quarantined": i % 5 == 0,
+            }
+            for i in range(40)
+        ],
+    )
+
+    def run() -> list[Any]:
+        out = []
+        for text in ("alpha", "beta gamma", "zeta epsilon alpha", "nothing"):
+            for where in (None, {"doc_id": "b"}):
+                for include in (False, True):
+                    kw = {"where": where, "top_k": 7, "include_quarantined": include}
+                    hits = store.text_query("docs", text, **kw)
+                    out.append([(h.id, h.raw_score, h.record) for h in hits])
+                    refs = store.text_query_refs("docs", text, **kw)
+                    out.append([(h.id, h.raw_score) for h in refs])
+                    out.append([(h.id, h.record) for h in store.fill_records("docs", refs)])
+        return out
+
+    fast = run()
+    assert any(fast)
+    monkeypatch.setattr(lancedb_store, "_async_table", lambda t: None)
+    assert run() == fast
+
+
 def test_lancedb_refuses_foreign_table(tmp_path: pathlib.Path) -> None:
     import lancedb
 
