@@ -46,6 +46,10 @@ def _text(rng: random.Random, vocab: list[str]) -> str:
             if i % 3
             else rng.choice(vocab)
         )
+        if sentence == 0:
+            # Sentences start with a capital, as in prose: without one no sentence boundary is
+            # found, and every document is split word by word (far slower than real text).
+            w = w.capitalize()
         sentence += 1
         if sentence > rng.randint(8, 20):
             w += "."
