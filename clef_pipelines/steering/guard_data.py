@@ -42,7 +42,7 @@ import hashlib
 import importlib.util
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -224,11 +224,8 @@ def _declared_licence(dist) -> str:  # type: ignore[no-untyped-def]
     return licence
 
 
-def _pkg_paragraphs(dist) -> list[str]:  # type: ignore[no-untyped-def]
-    body = dist.metadata.get_payload() or ""  # type: ignore[attr-defined]
-    if not body or _ATTACK_TALK.search(body):
-        return []
-    out = []
+def _unfenced_blocks(body: str) -> Iterator[str]:
+    """The blank-line-separated blocks of a Markdown body outside ``` / ~~~ fenced code."""
     in_fence = False
     for block in re.split(r"\n\s*\n", body):
         if block.lstrip().startswith(("```", "~~~")) or in_fence:
@@ -236,6 +233,15 @@ def _pkg_paragraphs(dist) -> list[str]:  # type: ignore[no-untyped-def]
                 in_fence and "```" not in block and "~~~" not in block
             )
             continue
+        yield block
+
+
+def _pkg_paragraphs(dist) -> list[str]:  # type: ignore[no-untyped-def]
+    body = dist.metadata.get_payload() or ""  # type: ignore[attr-defined]
+    if not body or _ATTACK_TALK.search(body):
+        return []
+    out = []
+    for block in _unfenced_blocks(body):
         lines = block.splitlines()
         # Prose only: code, tables, rst directives and link lists are left out.
         if not lines or any(
@@ -280,13 +286,7 @@ def _doc_paragraphs(body: str) -> list[str]:
     """Prose paragraphs of a Markdown / reStructuredText / AsciiDoc / plain-text document:
     fenced and indented code, tables, directives, option lists and headings are left out."""
     out = []
-    in_fence = False
-    for block in re.split(r"\n\s*\n", body):
-        if block.lstrip().startswith(("```", "~~~")) or in_fence:
-            in_fence = (block.count("```") + block.count("~~~")) % 2 == 1 or (
-                in_fence and "```" not in block and "~~~" not in block
-            )
-            continue
+    for block in _unfenced_blocks(body):
         lines = [line for line in block.splitlines() if line.strip()]
         if not lines or any(
             line.startswith(("    ", "\t", ">>>", "$ ", "..", "|", "+-", "==", "--", "::"))
