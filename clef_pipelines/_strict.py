@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict
+
+# Source and dataset names become partition keys, folder names and report titles.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class StrictModel(BaseModel):
     """A pydantic model that rejects unknown keys (see `config.load_settings` for the hint)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def check_name(kind: str, value: str) -> str:
+    """`value` if it is a valid `kind` name (source, dataset), else a ValueError naming it."""
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            f"{kind} name {value!r} must start with a letter or digit and hold only "
+            "letters, digits, '.', '_' and '-'"
+        )
+    return value

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from clef_pipelines._strict import StrictModel
+from clef_pipelines._strict import StrictModel, check_name
 from clef_pipelines.api.config import ApiConfig
 from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.embedding.executor import Executor, RayEmbedConfig
@@ -70,14 +70,7 @@ class SourceConfig(StrictModel):
     @field_validator("name")
     @classmethod
     def _valid_name(cls, v: str) -> str:
-        import re
-
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v):
-            raise ValueError(
-                f"source name {v!r} must start with a letter or digit and hold only "
-                "letters, digits, '.', '_' and '-'"
-            )
-        return v
+        return check_name("source", v)
 
 
 def _collection_name(name: str) -> str:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 from pydantic import Field, field_validator
 
-from clef_pipelines._strict import StrictModel
+from clef_pipelines._strict import StrictModel, check_name
 
 DATASET_KINDS = ("beir", "squad", "jsonl", "injections")
 
@@ -26,12 +24,7 @@ class EvalDatasetConfig(StrictModel):
     @field_validator("name")
     @classmethod
     def _valid_name(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v):
-            raise ValueError(
-                f"dataset name {v!r} must start with a letter or digit and hold only "
-                "letters, digits, '.', '_' and '-'"
-            )
-        return v
+        return check_name("dataset", v)
 
     @field_validator("spec")
     @classmethod

@@ -30,6 +30,11 @@ runner = CliRunner()
         ({"collection": "bad name!"}, "collection"),
         ({"collection": "c" * 300}, "collection"),
         ({"sources": [{"name": "s", "path": "x", "collection": "a/b"}]}, "sources.0.collection"),
+        ({"sources": [{"name": "../up", "path": "x"}]}, "source name '../up'"),
+        (
+            {"evals": {"datasets": [{"name": "sci fact", "spec": "beir:x"}]}},
+            "dataset name 'sci fact'",
+        ),
     ],
 )
 def test_bad_settings_are_refused_when_the_config_loads(
