@@ -94,7 +94,8 @@ def dump(
     rows = []
     for i in range(0, len(ids), 1000):
         rows.extend(store.get(collection, ids[i : i + 1000], with_vectors=True))
-    pl.DataFrame(rows).write_parquet(CHUNKS)
+    # The schema from every row: a field that is null in the first rows has no type yet.
+    pl.DataFrame(rows, infer_schema_length=None).write_parquet(CHUNKS)
     print(f"{len(rows)} chunks of {collection} -> {CHUNKS}")
     queries = [json.loads(line) for line in (DATA / "queries.jsonl").open() if line.strip()]
     embedder = make_embedder(emb_cfg or EmbedderConfig())

@@ -27,6 +27,7 @@ Plain functions: the recall step and the eval harness call `search` with a mode.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -148,15 +149,20 @@ def search(
     top_k: int = 10,
     fusion: FusionConfig | None = None,
     include_quarantined: bool = False,
+    embed: Callable[[], Sequence[float]] | None = None,
 ) -> list[Hit]:
     """The top_k hits of one query in the given mode. ``vector`` is needed for vector and
-    hybrid, ``text`` for text and hybrid."""
+    hybrid, ``text`` for text and hybrid. ``embed`` (instead of ``vector``) computes the
+    query vector when it is needed: hybrid search on a store whose reads overlap starts the
+    full-text leg first, which needs no vector, so it runs while the query is embedded."""
     fusion = fusion or FusionConfig()
-    if mode in ("vector", "hybrid") and vector is None:
+    if mode in ("vector", "hybrid") and vector is None and embed is None:
         raise ValueError(f"mode {mode!r} needs the query vector")
     if mode in ("text", "hybrid") and text is None:
         raise ValueError(f"mode {mode!r} needs the query text")
     common: dict[str, Any] = {"where": where, "include_quarantined": include_quarantined}
+    if mode == "vector" and vector is None and embed is not None:
+        vector = embed()
     if mode == "vector":
         return store.query(collection, list(vector), top_k=top_k, **common)  # type: ignore[arg-type]
     if mode == "text":
@@ -168,12 +174,21 @@ def search(
     # Both lists are fetched as refs (records as light as the store can make them) and only
     # the fused top_k read in full: with 100-deep lists and top_k 30, most hits are dropped.
     if store.concurrent_reads:
-        # The full-text list is fetched while the vector list is: hybrid costs about the
-        # slower of the two, not their sum.
+        # The full-text list is fetched while the query is embedded and the vector list
+        # fetched: hybrid costs about the slower of the two, not their sum.
         text_future = _pool().submit(
             store.text_query_refs, collection, text or "", top_k=depth, **common
         )
-    vector_hits = store.query_refs(collection, list(vector), top_k=depth, **common)  # type: ignore[arg-type]
+    try:
+        if vector is None and embed is not None:
+            vector = embed()
+        vector_hits = store.query_refs(collection, list(vector), top_k=depth, **common)  # type: ignore[arg-type]
+    except BaseException:
+        if text_future is not None:
+            text_future.cancel()
+            with contextlib.suppress(Exception):
+                text_future.result()  # never leave the text leg running on its own
+        raise
     try:
         text_hits = (
             text_future.result()

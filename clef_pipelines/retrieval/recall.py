@@ -82,13 +82,18 @@ def recall(
         known = ", ".join(store.list_collections()) or "none"
         raise StoreError(f"collection {collection!r} does not exist (collections: {known})")
     check_manifest(store.get_manifest(collection), collection, embedder)
-    vector = embedder.embed([query])[0].tolist() if mode != "text" else None
+
+    def embed() -> list[float]:
+        return embedder.embed([query])[0].tolist()  # type: ignore[no-any-return]
+
+    # `search` embeds when it needs the vector: in hybrid mode after starting the full-text
+    # leg (where the store's reads overlap), so embedding and text search run together.
     hits = search(
         store,
         collection,
         mode=mode,
         text=query,
-        vector=vector,
+        embed=embed if mode != "text" else None,
         where=where,
         top_k=top_k,
         fusion=fusion,

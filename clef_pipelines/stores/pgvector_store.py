@@ -16,29 +16,36 @@
 - Upserts into an empty table (a first load) are a binary COPY straight into the table; later
   upserts stage rows with binary COPY, then ``INSERT .. ON CONFLICT (id) DO UPDATE``.
 - Full-text search (collections with ``text_fields``): a stored generated column ``_tsv =
-  to_tsvector(<language>, text fields joined)`` under a GIN index. PostgreSQL recomputes it
-  on every insert and update, so the index is always current and never rebuilt. A query is
-  the stemmed terms of ``plainto_tsquery`` joined with OR (a sentence-long query would match
-  almost nothing with AND), ranked by ``ts_rank`` with length normalisation.
+  to_tsvector(<language>, text fields joined)`` under a GIN index, kept in the row (STORAGE
+  MAIN, not TOAST: the leg reads every candidate's ``_tsv``). PostgreSQL recomputes it on
+  every insert and update, so the index is always current and never rebuilt. A query is the
+  distinct stemmed terms of ``to_tsvector`` on the query (the column's own configuration)
+  joined with OR (a sentence-long query would match almost nothing with AND), ranked by
+  ``ts_rank`` with length normalisation.
 - ``text_idf`` (off by default): each query term's ``ts_rank`` times its BM25 IDF,
   ``ln(1 + (N - n + 0.5) / (n + 0.5))``, n the term's rows as ANALYZE estimates them (below;
   a term not listed gets half the rarest listed frequency, as the planner assumes); never
   analysed: every weight 1. ``ts_rank`` alone has no IDF, so a word in most rows counts as
   much as a rare one: SciFact train text nDCG@10 0.607 -> 0.669, hybrid 0.719 -> 0.729, but
-  the text query costs about twice as much (one ts_rank per term and row), which breaks
-  hybrid's 2x-vector latency at SciFact size. One small statement reads the weights first,
-  so the ranking statement holds them as constants (a per-row subquery cost more still).
+  one ts_rank per term and row costs about twice as much; the weights are constants in the
+  ranking statement.
 - The full-text leg is bounded (``text_candidates``): the OR of a claim's terms matches most
   of a collection, and ranking every match reads every match's ``_tsv`` (the cost grows with
-  the table: 2.4 s at 100k chunks). Instead one statement takes the query's terms rarest
-  first, by the row frequencies ANALYZE keeps for ``_tsv`` (``pg_stats.most_common_elems``;
-  a term not listed there is rarer than all listed ones and always taken), for as long as
-  their estimated rows fit the budget (and always the rarest term), and ranks only the rows
+  the table: 2.4 s at 100k chunks). Instead it takes the query's terms rarest first, by the
+  row frequencies ANALYZE keeps for ``_tsv`` (``pg_stats.most_common_elems``; a term not
+  listed there is rarer than all listed ones and always taken), for as long as their
+  estimated rows fit the budget (and always the rarest term), and ranks only the rows
   (under the filter) that hold one of those, at most ``max(text_candidates, top_k)`` of
-  them, with the same rank over all the query's terms as before. A row holding only
-  common terms rarely ranks high; when fewer than top_k rows hold a rare term (a selective
-  filter), rows of the other terms fill the list. Before the first ANALYZE (no frequencies)
-  every match is ranked; ``text_candidates = 0`` always ranks every match (unbounded).
+  them, with the same rank over all the query's terms. A row holding only common terms
+  rarely ranks high; when fewer than top_k rows hold a rare term (a selective filter), rows
+  of the other terms fill the list. Before the first ANALYZE (no frequencies) every match is
+  ranked; ``text_candidates = 0`` always ranks every match (unbounded).
+- A text query is two small statements: the query's terms (``to_tsvector``), then one
+  ranking statement whose tsqueries Python builds from them. The term frequencies are read
+  once a minute per collection (and again after the store's own ANALYZE), not per query:
+  parsing and joining the ~1,000-element statistics array per query was a third of the leg.
+- Hybrid search reads both lists as (id, score) only (`query_refs`, `text_query_refs`) and
+  the fused top k's records with one statement by id (`fill_records`).
 - Writes reach the GIN index through its pending list (fastupdate), which every text query
   reads in full; the index step (`build_indexes`) and `maintain` fold it into the index.
 - Text queries run on a second connection (opened on first use), so hybrid search asks for
@@ -51,8 +58,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -97,27 +107,6 @@ _TSV = "_tsv"
 #: ts_rank normalisation: divide by 1 + log(document length), so long chunks do not win on
 #: term counts alone.
 _RANK_NORMALISATION = 1
-#: A query's terms (quoted tsquery lexemes) with their BM25 IDF.
-TermWeights = list[tuple[str, float]] | None
-#: The query's distinct terms (quoted for ::tsquery) with their BM25 IDF from the row
-#: frequencies ANALYZE keeps for _tsv (most_common_elems); a term not listed gets half the
-#: rarest listed frequency (the planner's assumption). No statistics yet: every weight 1.
-_TERM_WEIGHTS_SQL = (
-    "WITH _clef_mce AS ("
-    "SELECT u._clef_e, u._clef_f FROM pg_stats s, unnest(s.most_common_elems::text::text[], "
-    "s.most_common_elem_freqs) AS u(_clef_e, _clef_f) WHERE s.schemaname = %(schema)s "
-    "AND s.tablename = %(table)s AND s.attname = %(tsv)s AND u._clef_e IS NOT NULL), "
-    "_clef_unlisted AS (SELECT min(_clef_f) / 2 AS _clef_f FROM _clef_mce), "
-    "_clef_rows AS (SELECT greatest(reltuples, 0) AS _clef_n FROM pg_class "
-    "WHERE oid = %(regclass)s::regclass), "
-    "_clef_terms AS (SELECT q._clef_lex, coalesce(m._clef_f, (SELECT _clef_f FROM "
-    "_clef_unlisted)) * (SELECT _clef_n FROM _clef_rows) AS _clef_d "
-    "FROM unnest(tsvector_to_array(to_tsvector(%(lang)s::regconfig, %(text)s))) "
-    "AS q(_clef_lex) LEFT JOIN _clef_mce m ON m._clef_e = q._clef_lex) "
-    "SELECT '''' || replace(replace(_clef_lex, '\\', '\\\\'), '''', '''''') || '''', "
-    "CASE WHEN _clef_d IS NULL THEN 1.0 ELSE ln(1 + ((SELECT _clef_n FROM _clef_rows) "
-    "- _clef_d + 0.5) / (_clef_d + 0.5)) END FROM _clef_terms ORDER BY _clef_lex"
-)
 _PG_TYPES = {"str": "text", "int": "bigint", "float": "double precision", "bool": "boolean"}
 _OPS: dict[str, tuple[str, str]] = {
     "cosine": ("<=>", "vector_cosine_ops"),
@@ -125,6 +114,69 @@ _OPS: dict[str, tuple[str, str]] = {
     "dot": ("<#>", "vector_ip_ops"),
 }
 _HNSW_MAX_DIM = 2000
+
+
+#: How long a store reuses a collection's term statistics (ANALYZE's lexeme frequencies of
+#: ``_tsv``) before reading them again. They change only when ANALYZE runs (the index step,
+#: `maintain`, autovacuum); reading them per query cost 1-3 ms (the ~1,000-element
+#: statistics array parsed and joined), a third of the text leg. A stale copy only moves the
+#: line between the terms ranked and the terms left out; the store's own ANALYZE drops it.
+_TERM_STATS_TTL_S = 60.0
+#: The table's row estimate and ANALYZE's lexeme frequencies of ``_tsv`` (most_common_elems
+#: with their row fractions); both empty / 0 before the first ANALYZE.
+_TERM_STATS_SQL = (
+    "SELECT c._clef_n, s._clef_e, s._clef_f FROM (SELECT greatest(reltuples, 0) AS _clef_n "
+    "FROM pg_class WHERE oid = %(regclass)s::regclass) c LEFT JOIN LATERAL (SELECT "
+    "most_common_elems::text::text[] AS _clef_e, most_common_elem_freqs AS _clef_f "
+    "FROM pg_stats WHERE schemaname = %(schema)s AND tablename = %(table)s "
+    "AND attname = %(tsv)s) s ON true"
+)
+#: The query's distinct lexemes, as the column's own text search configuration makes them.
+_QUERY_TERMS_SQL = "SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s))"
+
+
+@dataclass(frozen=True)
+class TermStats:
+    """A collection's ``_tsv`` term statistics: each listed lexeme's fraction of rows, and the
+    table's rows (ANALYZE's estimates); ``freqs`` empty before the first ANALYZE."""
+
+    freqs: dict[str, float]
+    rows: float
+    read_at: float
+
+
+def _tsquery_lexeme(term: str) -> str:
+    """A lexeme quoted for a ``tsquery`` literal (backslash and quote escaped)."""
+    return "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def rare_terms(terms: Sequence[str], stats: TermStats, budget: int) -> list[str]:
+    """The terms whose rows the bounded text leg ranks: rarest first (a term ANALYZE did not
+    list is rarer than every listed one), while their estimated rows together fit ``budget``,
+    and always the rarest; every term before the first ANALYZE or with no budget (0)."""
+    if not stats.freqs or budget <= 0:
+        return list(terms)
+    taken: list[str] = []
+    upto = 0.0
+    for n, term in enumerate(sorted(terms, key=lambda t: (stats.freqs.get(t, 0.0), t))):
+        upto += stats.freqs.get(term, 0.0) * stats.rows
+        if n == 0 or upto <= budget:
+            taken.append(term)
+    return taken
+
+
+def idf_weights(terms: Sequence[str], stats: TermStats) -> list[tuple[str, float]]:
+    """Each term's BM25 IDF, ``ln(1 + (N - n + 0.5) / (n + 0.5))``, n the term's rows as
+    ANALYZE estimates them (a term not listed: half the rarest listed frequency, as the
+    planner assumes); every weight 1 before the first ANALYZE."""
+    if not stats.freqs:
+        return [(t, 1.0) for t in terms]
+    unlisted = min(stats.freqs.values()) / 2
+    out = []
+    for t in terms:
+        n = stats.freqs.get(t, unlisted) * stats.rows
+        out.append((t, math.log(1.0 + (stats.rows - n + 0.5) / (n + 0.5))))
+    return out
 
 
 def _canonical(metric: Metric, distance: float) -> float:
@@ -173,6 +225,8 @@ class PgVectorStore(VectorStore):
         self.text_candidates = text_candidates
         #: Weigh each query term's ts_rank by its IDF (better ranking, about 2x the cost).
         self.text_idf = text_idf
+        #: Term statistics per collection (`_stats_for`).
+        self._term_stats: dict[str, TermStats] = {}
         self.schema = schema
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construction = hnsw_ef_construction
@@ -253,8 +307,8 @@ class PgVectorStore(VectorStore):
         return out
 
     def _text_ddl(self, spec: CollectionSpec) -> list[Any]:
-        """The generated tsvector column and its GIN index (an ALTER computes it for every
-        row already there)."""
+        """The generated tsvector column (kept in the row: `_tsv_storage_ddl`) and its GIN
+        index (an ALTER computes the column for every row already there)."""
         from psycopg import sql
 
         joined = sql.SQL(" || ' ' || ").join(
@@ -270,10 +324,24 @@ class PgVectorStore(VectorStore):
                 sql.Literal(spec.text_language),
                 joined,
             ),
+            self._tsv_storage_ddl(spec),
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING gin ({})").format(
                 sql.Identifier(_ix(spec.name, _TSV)), self._t(spec.name), sql.Identifier(_TSV)
             ),
         ]
+
+    def _tsv_storage_ddl(self, spec: CollectionSpec) -> Any:
+        """``_tsv`` stored in the row (STORAGE MAIN: compressed in place if need be, moved
+        out of line only when the row would not fit a page), not in the TOAST table. The
+        text leg reads the ``_tsv`` of every candidate row (up to ``text_candidates``) to
+        rank it; out of line, each read was a TOAST index probe and a chunk fetch: 2-4x the
+        cost of the rank itself. The other columns move out instead, and only the top k
+        rows' columns are ever read. Applies to rows written from then on."""
+        from psycopg import sql
+
+        return sql.SQL("ALTER TABLE {} ALTER COLUMN {} SET STORAGE MAIN").format(
+            self._t(spec.name), sql.Identifier(_TSV)
+        )
 
     def ensure_collection(self, spec: CollectionSpec) -> None:
         from psycopg import sql
@@ -357,6 +425,7 @@ class PgVectorStore(VectorStore):
                 sql.SQL("DELETE FROM {} WHERE name = %s").format(self._t(META_TABLE)),
                 (collection,),
             )
+        self._term_stats.pop(collection, None)
 
     # ----------------------------------------------------------------- writes
 
@@ -530,12 +599,36 @@ class PgVectorStore(VectorStore):
         top_k: int = 10,
         include_quarantined: bool = False,
     ) -> list[Hit]:
+        return self._vector_hits(collection, vector, where, top_k, include_quarantined, refs=False)
+
+    def query_refs(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        """`query` with ids and distances only: no column is read (`fill_records`)."""
+        return self._vector_hits(collection, vector, where, top_k, include_quarantined, refs=True)
+
+    def _vector_hits(
+        self,
+        collection: str,
+        vector: Sequence[float],
+        where: Filter | None,
+        top_k: int,
+        include_quarantined: bool,
+        *,
+        refs: bool,
+    ) -> list[Hit]:
         spec = self.get_spec(collection)
         plan = query_plan(spec, vector, where, top_k, include_quarantined)
         if plan is None:
             return []
         q, node = plan
-        cols = self._cols(spec, None)
+        cols = ["id"] if refs else self._cols(spec, None)
         rows = self._search(spec, cols, q, node, top_k, exact=False)
         if len(rows) < top_k and self._count(spec, node) > len(rows):
             rows = self._search(spec, cols, q, node, top_k, exact=True)
@@ -548,11 +641,21 @@ class PgVectorStore(VectorStore):
                     id=r[0],
                     score=score(spec.metric, canon),
                     raw_score=raw,
-                    record=self._to_record(spec, cols, r[:-1], None),
+                    record={"id": r[0]} if refs else self._to_record(spec, cols, r[:-1], None),
                 )
             )
         hits.sort(key=lambda h: (-h.score, h.id))
         return hits
+
+    def fill_records(self, collection: str, hits: Sequence[Hit]) -> list[Hit]:
+        """The full records of ref hits, read by id in one statement; a hit whose record was
+        removed meanwhile is dropped, one rewritten meanwhile comes back as it is now."""
+        from dataclasses import replace
+
+        if not hits:
+            return []
+        found = {r["id"]: r for r in self.get(collection, [h.id for h in hits])}
+        return [replace(h, record=found[h.id]) for h in hits if h.id in found]
 
     def text_query(
         self,
@@ -563,25 +666,60 @@ class PgVectorStore(VectorStore):
         top_k: int = 10,
         include_quarantined: bool = False,
     ) -> list[Hit]:
+        return self._text_hits(collection, text, where, top_k, include_quarantined, refs=False)
+
+    def text_query_refs(
+        self,
+        collection: str,
+        text: str,
+        *,
+        where: Filter | None = None,
+        top_k: int = 10,
+        include_quarantined: bool = False,
+    ) -> list[Hit]:
+        """`text_query` with ids and ranks only: no column is read (`fill_records`)."""
+        return self._text_hits(collection, text, where, top_k, include_quarantined, refs=True)
+
+    def _text_hits(
+        self,
+        collection: str,
+        text: str,
+        where: Filter | None,
+        top_k: int,
+        include_quarantined: bool,
+        *,
+        refs: bool,
+    ) -> list[Hit]:
         spec = self.get_spec(collection, text_side=True)
         node = text_plan(spec, text, where, top_k, include_quarantined)
         if node is None:
             return []
         cols = self._cols(spec, None)
-        params: dict[str, Any] = {f"_clef_w{i}": v for i, v in enumerate(pg_params(node))}
-        params.update(text=text, k=top_k)
         with self._text_lock:
-            # With IDF, two statements: the terms' IDF first, so the ranking one holds them as
-            # constants.
-            weights = self._term_weights(spec, text) if self.text_idf else None
-            if self.text_candidates > 0:
-                stmt = self._bounded_text_sql(spec, cols, node, weights)
-                params.update(
-                    budget=max(self.text_candidates, top_k), schema=self.schema, table=spec.name
-                )
-            else:
-                stmt = self._full_text_sql(spec, cols, node, weights)
             conn = self._text_connection()
+            with conn.cursor() as cur:
+                cur.execute(_QUERY_TERMS_SQL, (spec.text_language, text))
+                row = cur.fetchone()
+            terms = sorted(set(row[0])) if row and row[0] else []
+            if not terms:
+                return []  # stop words only: nothing matches
+            stats = self._stats_for(spec)
+            rare = rare_terms(terms, stats, self.text_candidates)
+            weights = idf_weights(terms, stats) if self.text_idf else None
+            stmt = self._text_sql(
+                spec, cols, node, weights, top_up=len(rare) < len(terms), refs=refs
+            )
+            params: dict[str, Any] = {f"_clef_w{i}": v for i, v in enumerate(pg_params(node))}
+            params.update(
+                q=" | ".join(_tsquery_lexeme(t) for t in terms),
+                rare=" | ".join(_tsquery_lexeme(t) for t in rare),
+                k=top_k,
+                # Before the first ANALYZE (no frequencies) or unbounded: every match ranked.
+                limit=max(self.text_candidates, top_k)
+                if self.text_candidates > 0 and stats.freqs
+                else None,
+                budget=max(self.text_candidates, top_k),
+            )
             with conn.cursor() as cur:
                 cur.execute(stmt, params)
                 rows = list(cur.fetchall())
@@ -590,7 +728,7 @@ class PgVectorStore(VectorStore):
                 id=r[0],
                 score=text_score(float(r[-1])),
                 raw_score=float(r[-1]),
-                record=self._to_record(spec, cols, r[:-1], None),
+                record={"id": r[0]} if refs else self._to_record(spec, cols, r[:-1], None),
             )
             for r in rows
         ]
@@ -606,135 +744,111 @@ class PgVectorStore(VectorStore):
                 raise StoreError(f"cannot connect to PostgreSQL: {exc}") from exc
         return self._text_conn
 
-    def _term_weights(self, spec: CollectionSpec, text: str) -> TermWeights:
-        """The query's distinct terms, each quoted for ``::tsquery``, with its BM25 IDF from
-        ANALYZE's row frequencies of ``_tsv``; every weight 1 before the first ANALYZE. The
-        caller holds ``_text_lock``."""
+    def _stats_for(self, spec: CollectionSpec) -> TermStats:
+        """The collection's term statistics, read at most every ``_TERM_STATS_TTL_S`` (the
+        caller holds ``_text_lock``)."""
+        now = time.monotonic()
+        cached = self._term_stats.get(spec.name)
+        if cached is not None and now - cached.read_at < _TERM_STATS_TTL_S:
+            return cached
         with self._text_connection().cursor() as cur:
             cur.execute(
-                _TERM_WEIGHTS_SQL,
+                _TERM_STATS_SQL,
                 {
-                    "lang": spec.text_language,
-                    "text": text,
+                    "regclass": f"{_quote_ident(self.schema)}.{_quote_ident(spec.name)}",
                     "schema": self.schema,
                     "table": spec.name,
-                    "regclass": f"{_quote_ident(self.schema)}.{_quote_ident(spec.name)}",
                     "tsv": _TSV,
                 },
             )
-            return [(str(t), float(w)) for t, w in cur.fetchall()]
+            row = cur.fetchone()
+        freqs: dict[str, float] = {}
+        rows = 0.0
+        if row is not None:
+            rows = float(row[0] or 0.0)
+            # most_common_elem_freqs holds three more values (min, max, null fraction).
+            freqs = dict(zip(row[1] or [], (float(f) for f in row[2] or []), strict=False))
+        stats = TermStats(freqs=freqs, rows=rows, read_at=now)
+        self._term_stats[spec.name] = stats
+        return stats
 
-    def _text_parts(
-        self, spec: CollectionSpec, cols: list[str], node: Node, weights: TermWeights
-    ) -> dict[str, Any]:
+    def _text_sql(
+        self,
+        spec: CollectionSpec,
+        cols: list[str],
+        node: Node,
+        weights: list[tuple[str, float]] | None,
+        *,
+        top_up: bool,
+        refs: bool,
+    ) -> Any:
+        """The ranking statement: rows holding one of the ``rare`` terms (at most ``limit``
+        of them; NULL: all), ranked over all the query's terms ``q``; with ``top_up``, when
+        fewer than k rows hold a rare term (a selective filter), twice the missing rows
+        (within the budget) from the other terms, found by reading rows (through the
+        filter's index where it has one) until enough match, never by a GIN bitmap of
+        every common term's rows (``ts_match_vq`` is ``@@`` without the index). The top k
+        come back as (id, rank), or with every column (``refs`` false, read last through
+        the row address)."""
         from psycopg import sql
 
-        # Plain: ts_rank over the OR of the terms. IDF: sum of idf * ts_rank(_tsv, term), the
-        # weights constants (no per-row subquery); no terms (only stop words): 0, and
-        # nothing matches anyway.
-        rank = sql.SQL("ts_rank({}, _clef_q, {})").format(
-            sql.Identifier(_TSV), sql.Literal(_RANK_NORMALISATION)
-        )
-        if weights is not None:
-            rank = (
-                sql.SQL(" + ").join(
-                    sql.SQL("{} * ts_rank({}, {}::tsquery, {})").format(
-                        sql.Literal(w),
-                        sql.Identifier(_TSV),
-                        sql.Literal(t),
-                        sql.Literal(_RANK_NORMALISATION),
-                    )
-                    for t, w in weights
-                )
-                if weights
-                else sql.SQL("0")
+        # Plain: ts_rank over the OR of the terms. IDF: the sum of idf * ts_rank(_tsv, term),
+        # the weights constants.
+        if weights is None:
+            rank = sql.SQL("ts_rank({}, _clef_q, {})").format(
+                sql.Identifier(_TSV), sql.Literal(_RANK_NORMALISATION)
             )
-
-        return {
-            "lang": sql.Literal(spec.text_language),
-            "cols": sql.SQL(", ").join(sql.Identifier(c) for c in cols),
+        else:
+            rank = sql.SQL(" + ").join(
+                sql.SQL("{} * ts_rank({}, {}::tsquery, {})").format(
+                    sql.Literal(w),
+                    sql.Identifier(_TSV),
+                    sql.Literal(_tsquery_lexeme(t)),
+                    sql.Literal(_RANK_NORMALISATION),
+                )
+                for t, w in weights
+            )
+        parts = {
             "tsv": sql.Identifier(_TSV),
-            "norm": sql.Literal(_RANK_NORMALISATION),
             "t": self._t(spec.name),
-            # Named placeholders (%(_clef_w0)s, ...): the bounded statement uses the filter
-            # twice with one set of parameters.
+            # Named placeholders: the top-up uses the filter again with the same parameters.
             "w": to_pg(node, named="_clef_w"),
             "rank": rank,
         }
-
-    def _full_text_sql(
-        self, spec: CollectionSpec, cols: list[str], node: Node, weights: TermWeights
-    ) -> Any:
-        """Every match ranked (``text_candidates = 0``)."""
-        from psycopg import sql
-
-        return sql.SQL(
-            "WITH _clef_tsq AS (SELECT replace(plainto_tsquery({lang}::regconfig, %(text)s)"
-            "::text, ' & ', ' | ')::tsquery AS _clef_q) "
-            "SELECT {cols}, {rank} AS _clef_r FROM {t}, _clef_tsq "
-            "WHERE {tsv} @@ _clef_q AND {w} ORDER BY _clef_r DESC, id LIMIT %(k)s"
-        ).format(**self._text_parts(spec, cols, node, weights))
-
-    def _bounded_text_sql(
-        self, spec: CollectionSpec, cols: list[str], node: Node, weights: TermWeights
-    ) -> Any:
-        """At most ``budget`` rows ranked: those holding one of the query's rarest terms,
-        topped up from the other terms' rows when fewer than k hold one (module docstring)."""
-        from psycopg import sql
-
-        return sql.SQL(
-            # ANALYZE's most common lexemes of _tsv, each with the fraction of rows holding it.
-            "WITH _clef_mce AS ("
-            "SELECT u._clef_e, u._clef_f FROM pg_stats s, unnest(s.most_common_elems::text"
-            "::text[], s.most_common_elem_freqs) AS u(_clef_e, _clef_f) "
-            "WHERE s.schemaname = %(schema)s AND s.tablename = %(table)s "
-            "AND s.attname = {tsv_name}), "
-            # The query's distinct terms with their frequency; a term not listed is rarer than
-            # every listed one (0 here: always taken).
-            "_clef_terms AS ("
-            "SELECT q._clef_lex, coalesce(m._clef_f, 0) AS _clef_f "
-            "FROM unnest(tsvector_to_array(to_tsvector({lang}::regconfig, %(text)s))) "
-            "AS q(_clef_lex) LEFT JOIN _clef_mce m ON m._clef_e = q._clef_lex), "
-            # Rarest first, with the estimated rows of the terms before and up to each one.
-            "_clef_order AS ("
-            "SELECT '''' || replace(replace(_clef_lex, '\\', '\\\\'), '''', '''''') || '''' "
-            "AS _clef_quoted, row_number() OVER (ORDER BY _clef_f, _clef_lex) AS _clef_n, "
-            "sum(_clef_f) OVER (ORDER BY _clef_f, _clef_lex) * (SELECT greatest(reltuples, 0) "
-            "FROM pg_class WHERE oid = {regclass}::regclass) AS _clef_upto FROM _clef_terms), "
-            # A term is taken while the terms so far fit the budget, and the rarest always.
-            # Without statistics (never analysed) every term is taken, every match ranked.
-            "_clef_tsq AS ("
-            "SELECT (string_agg(_clef_quoted, ' | ') FILTER (WHERE _clef_n = 1 "
-            "OR _clef_upto <= %(budget)s OR NOT EXISTS (SELECT 1 FROM _clef_mce)))::tsquery "
-            "AS _clef_rare, "
-            "replace(plainto_tsquery({lang}::regconfig, %(text)s)::text, ' & ', ' | ')"
-            "::tsquery AS _clef_q FROM _clef_order), "
-            # The candidates: row address, id and rank only; the top k's columns are read last.
+        # The tsqueries are parsed once per statement (a materialized one-row CTE), not per
+        # row, whatever plan (custom or generic) a prepared statement gets.
+        stmt = (
+            "WITH _clef_tsq AS MATERIALIZED (SELECT %(q)s::tsquery AS _clef_q, "
+            "%(rare)s::tsquery AS _clef_rare), "
             "_clef_hits AS MATERIALIZED ("
             "SELECT ctid AS _clef_tid, id AS _clef_id, {rank} AS _clef_r "
-            "FROM {t}, _clef_tsq WHERE {tsv} @@ _clef_rare AND {w} "
-            "LIMIT (SELECT CASE WHEN EXISTS (SELECT 1 FROM _clef_mce) THEN %(budget)s END)), "
-            # Only when fewer than k rows hold a rare term (a one-time filter: otherwise this
-            # scan never starts): twice the missing rows (within the budget) from the other
-            # terms, found by reading rows (through the filter's index where it has one) until
-            # enough match, never by a GIN bitmap of every common term's rows (ts_match_vq is
-            # @@ without the index)).
-            "_clef_more AS ("
-            "SELECT ctid AS _clef_tid, id AS _clef_id, {rank} AS _clef_r "
-            "FROM {t}, _clef_tsq WHERE (SELECT count(*) FROM _clef_hits) < %(k)s "
-            "AND ts_match_vq({tsv}, _clef_q) AND NOT ts_match_vq({tsv}, _clef_rare) AND {w} "
-            "LIMIT greatest(0, least(%(budget)s - (SELECT count(*) FROM _clef_hits), "
-            "2 * (%(k)s - (SELECT count(*) FROM _clef_hits))))), "
-            "_clef_top AS ("
-            "SELECT * FROM _clef_hits UNION ALL SELECT * FROM _clef_more "
-            "ORDER BY _clef_r DESC, _clef_id LIMIT %(k)s) "
-            "SELECT {cols}, _clef_top._clef_r FROM _clef_top JOIN {t} ON {t}.ctid = "
-            "_clef_top._clef_tid ORDER BY _clef_top._clef_r DESC, _clef_top._clef_id"
-        ).format(
-            tsv_name=sql.Literal(_TSV),
-            regclass=sql.Literal(f"{_quote_ident(self.schema)}.{_quote_ident(spec.name)}"),
-            **self._text_parts(spec, cols, node, weights),
+            "FROM {t}, _clef_tsq WHERE {tsv} @@ _clef_rare AND {w} LIMIT %(limit)s), "
         )
+        if top_up:
+            stmt += (
+                "_clef_more AS ("
+                "SELECT ctid AS _clef_tid, id AS _clef_id, {rank} AS _clef_r "
+                "FROM {t}, _clef_tsq WHERE (SELECT count(*) FROM _clef_hits) < %(k)s "
+                "AND ts_match_vq({tsv}, _clef_q) AND NOT ts_match_vq({tsv}, _clef_rare) "
+                "AND {w} LIMIT greatest(0, least(%(budget)s - (SELECT count(*) FROM "
+                "_clef_hits), 2 * (%(k)s - (SELECT count(*) FROM _clef_hits))))), "
+                "_clef_top AS (SELECT * FROM _clef_hits UNION ALL SELECT * FROM _clef_more "
+                "ORDER BY _clef_r DESC, _clef_id LIMIT %(k)s) "
+            )
+        else:
+            stmt += (
+                "_clef_top AS (SELECT * FROM _clef_hits ORDER BY _clef_r DESC, _clef_id "
+                "LIMIT %(k)s) "
+            )
+        if refs:
+            stmt += "SELECT _clef_id, _clef_r FROM _clef_top ORDER BY _clef_r DESC, _clef_id"
+        else:
+            stmt += (
+                "SELECT {cols}, _clef_top._clef_r FROM _clef_top JOIN {t} ON {t}.ctid = "
+                "_clef_top._clef_tid ORDER BY _clef_top._clef_r DESC, _clef_top._clef_id"
+            )
+            parts["cols"] = sql.SQL(", ").join(sql.Identifier(c) for c in cols)
+        return sql.SQL(stmt).format(**parts)
 
     def _search(
         self,
@@ -799,7 +913,25 @@ class PgVectorStore(VectorStore):
         spec = self.get_spec(collection)
         with self._lock, self._conn.cursor() as cur:
             cur.execute(sql.SQL("ANALYZE {}").format(self._t(spec.name)))
+        self._term_stats.pop(spec.name, None)  # new term frequencies: read them again
         return {"rows": self.count(collection), "analyzed": True, **self._clean_text_index(spec)}
+
+    def _keep_tsv_in_row(self, spec: CollectionSpec) -> dict[str, Any]:
+        """A collection made before ``_tsv`` was kept in the row (`_tsv_storage_ddl`) gets
+        it for the rows written from now on (a catalog change: nothing is rewritten)."""
+        if not spec.text_fields:
+            return {}
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass "
+                "AND attname = %s",
+                (f"{_quote_ident(self.schema)}.{_quote_ident(spec.name)}", _TSV),
+            )
+            row = cur.fetchone()
+            if row is None or row[0] == "m":
+                return {}
+            cur.execute(self._tsv_storage_ddl(spec))
+        return {"text_column_storage": "main (rows written from now on)"}
 
     def _clean_text_index(self, spec: CollectionSpec) -> dict[str, Any]:
         """Fold the GIN index's pending list into the index proper. Writes go to that list
@@ -855,9 +987,11 @@ class PgVectorStore(VectorStore):
             done["vector_index"] = "hnsw built"
         else:
             done["vector_index"] = "hnsw up to date (PostgreSQL maintains it on insert)"
+        done.update(self._keep_tsv_in_row(spec))
         done.update(self._clean_text_index(spec))
         with self._lock, self._conn.cursor() as cur:
             cur.execute(sql.SQL("ANALYZE {}").format(self._t(spec.name)))
+        self._term_stats.pop(spec.name, None)
         done.update(self.index_status(collection))
         return done
 

@@ -4,8 +4,11 @@ candidates reach the Clef stages unchanged."""
 from __future__ import annotations
 
 import statistics
+import threading
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pytest
 
 from clef_pipelines.embedding.hashing import HashEmbedder
@@ -104,6 +107,35 @@ def test_recall_modes(collection_factory: Any) -> None:
     for mode in ("vector", "text", "hybrid"):
         got = recall(query, mode=mode, where={"doc_id": "doc-0"}, **kw)
         assert {p.doc_id for p in got} <= {"doc-0"}, mode
+
+
+def test_hybrid_recall_embeds_while_the_text_leg_runs(collection_factory: Any) -> None:
+    """Hybrid recall on a store whose reads overlap starts the full-text leg before it
+    embeds the query (the text leg needs no vector), and returns what it did before."""
+    col = collection_factory(None, texts=[*PASSAGES, RARE])
+    store = col.store
+    started = threading.Event()
+    text_leg = store.text_query_refs
+
+    def recorded_text_leg(*args: Any, **kw: Any) -> Any:
+        started.set()
+        return text_leg(*args, **kw)
+
+    waited: list[bool] = []
+
+    class Embedder(HashEmbedder):
+        def embed(self, texts: Sequence[str]) -> np.ndarray:
+            waited.append(started.wait(5))  # False: the text leg had not started
+            return super().embed(texts)
+
+    kw: dict[str, Any] = {"store": store, "collection": col.name, "top_k": 3}
+    kw.update(mode="hybrid", fusion=FusionConfig(candidates=20))
+    alone = recall("what does E-4417 mean", embedder=HashEmbedder(64), **kw)
+    store.text_query_refs = recorded_text_leg  # type: ignore[method-assign]
+    store.concurrent_reads = True  # as LanceDB and pgvector
+    overlapped = recall("what does E-4417 mean", embedder=Embedder(64), **kw)
+    assert waited == [True]
+    assert [(p.id, p.score) for p in overlapped] == [(p.id, p.score) for p in alone]
 
 
 def test_hybrid_on_a_collection_without_text_search_is_vector(collection_factory: Any) -> None:

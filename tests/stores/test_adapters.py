@@ -325,6 +325,14 @@ def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
                     sql.Identifier(schema, "t")
                 )
             )
+            # _tsv is kept in the row (STORAGE MAIN), not in TOAST: the leg reads every
+            # candidate's.
+            storage = conn.execute(
+                "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass "
+                "AND attname = '_tsv'",
+                (f"{schema}.t",),
+            ).fetchone()
+            assert storage == ("m",), storage
         # Every row holds one of cell/kinase and one of membrane/signal/protein; every 50th
         # holds zebrafish, cell and kinase.
         recs = []
@@ -354,7 +362,7 @@ def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
         assert holds(ids("zebrafish protein", 0), "protein")
         assert ids("zebrafish protein", 0, idf=True) == ids("zebrafish protein", 0)
         assert ids("zebrafish protein", 50, idf=True) == ids("zebrafish protein", 50)
-        store.maintain("t")  # ANALYZE: the term frequencies the bound reads
+        store.maintain("t")  # ANALYZE: the term frequencies the bound reads (read again now)
         with psycopg.connect(pg_dsn) as conn:
             row = conn.execute(
                 "SELECT array_length(most_common_elem_freqs, 1) FROM pg_stats "
