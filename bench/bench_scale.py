@@ -114,6 +114,7 @@ def child_run(config: Path, out: Path) -> None:
 
 def measured_run(config: Path, work: Path, label: str) -> dict[str, Any]:
     out = work / f"{label}.json"
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", str(config), "--child-out", str(out)],
@@ -131,6 +132,8 @@ def measured_run(config: Path, work: Path, label: str) -> dict[str, Any]:
         "run": label,
         "wall_s": round(wall, 1),
         "peak_rss_gb": round(usage.ru_maxrss / 1024 / 1024, 2),  # ru_maxrss is in KiB on Linux
+        # 1-minute load average at the start and end of the run: the machine is shared.
+        "load": f"{load_before:.1f}-{os.getloadavg()[0]:.1f}",
         "chunks": assets.get("chunks", {}).get("chunks", 0),
         "embedded": assets.get("embeddings", {}).get("embedded", 0),
         "writes": assets.get("store_sync", {}).get("writes", 0),
@@ -138,6 +141,15 @@ def measured_run(config: Path, work: Path, label: str) -> dict[str, Any]:
     for step in (*STEPS, "vector_indexes"):
         row[f"{step}_s"] = assets.get(step, {}).get("seconds")
     row["vector_index"] = assets.get("vector_indexes", {}).get("vector_index")
+    for k in (
+        "process_rss_gb_before",
+        "process_rss_gb_trimmed",
+        "process_peak_gb_before",
+        "process_peak_gb_after",
+        "vector_index_s",
+        "text_index_s",
+    ):
+        row[f"vector_indexes_{k}"] = assets.get("vector_indexes", {}).get(k)
     return row
 
 
@@ -189,14 +201,14 @@ def table(rows: list[dict[str, Any]]) -> str:
 
     lines = [
         "| documents | run | wall s | peak GB | source_documents s | parsed_blocks s | chunks s "
-        "| embeddings s | store_sync s | vector_indexes s | chunks | writes | ms per doc |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| embeddings s | store_sync s | vector_indexes s | chunks | writes | ms per doc | load |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['documents']:,} | {r['run']} | {s(r['wall_s'])} | {s(r['peak_rss_gb'])} | "
             + " | ".join(s(r.get(f"{k}_s")) for k in (*STEPS, "vector_indexes"))
-            + f" | {r['chunks']:,} | {r['writes']:,} | {1000 * r['wall_s'] / r['documents']:.2f} |"
+            + f" | {r['chunks']:,} | {r['writes']:,} | {1000 * r['wall_s'] / r['documents']:.2f} | {r.get('load', '')} |"
         )
     return "\n".join(lines)
 

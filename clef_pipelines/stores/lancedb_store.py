@@ -4,7 +4,7 @@
   column per declared field, ``_extra`` (JSON of undeclared scalar fields).
 - Upserts are ``merge_insert("id")`` (update all / insert all).
 - Scalar indexes (BTREE; BITMAP for bools) on ``id`` and the filter fields. The ANN index
-  (IVF_HNSW_SQ by default) is built by `build_indexes` (its own ingestion step, after the
+  (IVF_HNSW_SQ by default, see `vector_index_config` for why) is built by `build_indexes` (its own ingestion step, after the
   sync), never inside a write: once a collection holds ``index_threshold`` rows it is trained,
   later calls fold new rows into it (``optimize``), and it is retrained when the table has
   doubled since. Rows not yet in the index are searched exactly by LanceDB alongside the
@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -103,6 +104,32 @@ def _async_table(t: Any) -> Any:
 
 #: Records per batch of a scan.
 _SCAN_BATCH = 20_000
+
+
+def vector_index_config(
+    kind: str, rows: int, dimension: int, metric: str, partitions: int | None = None
+) -> Any:
+    """The LanceDB index configuration of ``kind`` for a table of ``rows`` vectors.
+
+    IVF_HNSW_SQ stays the default. IVF_PQ was measured as the alternative for bounded build
+    memory (issue 13) and rejected: in ``bench/bench_vector_index.py`` (380,000 rows of 384
+    dimensions, docs/BENCHMARKS.md "Scale") its build peaks at the same ~1.05 GB as IVF_HNSW_SQ's
+    (both pay for the same IVF assignment pass; the sub-index is not what costs), and its
+    coarse partitions lose filtered recall: a prefiltered query whose filter admits only rows
+    far from the query's partitions gets 0.3 recall@10 in tests/stores/test_conformance.py,
+    where HNSW's graph over a partition keeps it exact.
+    """
+    from lancedb.index import HnswSq, IvfFlat, IvfPq
+
+    if kind == "IVF_HNSW_SQ":
+        parts = partitions or max(1, rows // 100_000 + 1)
+        return HnswSq(distance_type=metric, num_partitions=parts)
+    # About sqrt(rows)/2 partitions, at most 256: a query probes ``nprobes`` of them.
+    parts = partitions or max(1, min(256, int(np.sqrt(rows) / 2)))
+    if kind == "IVF_PQ":
+        sub = next(s for s in (48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) if dimension % s == 0)
+        return IvfPq(distance_type=metric, num_partitions=parts, num_sub_vectors=sub)
+    return IvfFlat(distance_type=metric, num_partitions=parts)
 
 
 class LanceDBStore(VectorStore):
@@ -407,19 +434,8 @@ class LanceDBStore(VectorStore):
         }
 
     def _build_vector_index(self, spec: CollectionSpec) -> str:
-        from lancedb.index import HnswSq, IvfFlat, IvfPq
-
         t = self._table(spec.name)
-        n = t.count_rows()
-        parts = max(1, min(256, int(np.sqrt(n) / 2)))
-        config: Any
-        if self.index_type == "IVF_PQ":
-            sub = next(s for s in (48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) if spec.dimension % s == 0)
-            config = IvfPq(distance_type=spec.metric, num_partitions=parts, num_sub_vectors=sub)
-        elif self.index_type == "IVF_FLAT":
-            config = IvfFlat(distance_type=spec.metric, num_partitions=parts)
-        else:
-            config = HnswSq(distance_type=spec.metric, num_partitions=max(1, n // 100_000 + 1))
+        config = vector_index_config(self.index_type, t.count_rows(), spec.dimension, spec.metric)
         t.create_index("vector", config=config, replace=True)
         return self.index_type
 
@@ -454,6 +470,7 @@ class LanceDBStore(VectorStore):
             if made:
                 done["scalar_indexes"] = made
             had_index = self._has_vector_index(t)
+            started = time.perf_counter()
             built = self._index_if_due(spec)
             if built:
                 done["vector_index"] = f"{built} {'retrained' if had_index else 'built'}"
@@ -467,8 +484,11 @@ class LanceDBStore(VectorStore):
                 done["vector_index"] = (
                     f"none below {self.index_threshold} rows (queries search exactly)"
                 )
+            done["vector_index_s"] = round(time.perf_counter() - started, 3)
         if spec.text_fields:
+            started = time.perf_counter()
             done.update(self.ensure_text_index(collection))
+            done["text_index_s"] = round(time.perf_counter() - started, 3)
         done.update(self.index_status(collection))
         return done
 
