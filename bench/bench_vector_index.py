@@ -2,14 +2,16 @@
 
 Writes one LanceDB table of N unit vectors (clustered, seeded: recall on uniform random vectors
 in 384 dimensions means nothing) in slices, then builds each index configuration in a fresh
-child process and reports the child's peak RSS (``ru_maxrss``) above its RSS before the build,
+child process and reports the child's peak RSS (``ru_maxrss``) and its RSS before the build,
 the build seconds and recall@10 against exact search over 100 held-out queries, with the
 store's own search settings (nprobes, refine_factor, ef).
 
-    nice -n 5 .venv/bin/python bench/bench_vector_index.py --rows 380000 \\
-        --configs hnsw_sq:4,hnsw_sq:auto,ivf_pq:auto,ivf_sq:auto
+    nice -n 5 .venv/bin/python bench/bench_vector_index.py --rows 380000 --dir DIR \\
+        --configs hnsw_sq:4,hnsw_sq:auto,ivf_pq:auto,ivf_flat:16
 
-A configuration is ``kind:partitions`` (``auto``: what `LanceDBStore` picks for the row count).
+A configuration is ``kind:partitions`` (kind: hnsw_sq, ivf_pq, ivf_flat; ``auto``: what
+`LanceDBStore` picks for the row count). Build one configuration at a time on a table: two
+concurrent builds on one table conflict at commit.
 """
 
 from __future__ import annotations

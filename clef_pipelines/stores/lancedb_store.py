@@ -131,7 +131,9 @@ def vector_index_config(
     if kind == "IVF_PQ":
         sub = next(s for s in (48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1) if dimension % s == 0)
         return IvfPq(distance_type=metric, num_partitions=parts, num_sub_vectors=sub)
-    return IvfFlat(distance_type=metric, num_partitions=parts)
+    if kind == "IVF_FLAT":
+        return IvfFlat(distance_type=metric, num_partitions=parts)
+    raise ValueError(f"unknown LanceDB index type {kind!r}")
 
 
 class LanceDBStore(VectorStore):
