@@ -1,0 +1,76 @@
+"""Resident memory of a LanceDB sync as the table grows (issue 13: what sets an ingest's peak).
+
+Upserts ``--rows`` records of 384-d vectors with the ingest's kind of payload (a text field
+under full-text search, filter fields) into a fresh `LanceDBStore` in slices of ``--batch``
+rows (512: `sync_batch_rows`' default), as `store_sync` does, and prints the process's resident
+memory every few slices. It isolates the store's part of a sync from the pipeline's.
+
+    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 100000 --batch 512
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from clef_pipelines.stores.base import CollectionSpec  # noqa: E402
+from clef_pipelines.stores.lancedb_store import LanceDBStore  # noqa: E402
+
+
+def _rss_gb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 1024**3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--batch", type=int, default=5_000)
+    a = ap.parse_args()
+    rng = np.random.default_rng(3)
+    words = np.array(["".join(rng.choice(list("abcdefghij"), 6)) for _ in range(5_000)])
+    with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp:
+        store = LanceDBStore(Path(tmp))
+        spec = CollectionSpec(
+            name="m",
+            dimension=384,
+            fields={"doc_id": "str", "text": "str", "n": "int"},
+            filter_fields=("doc_id", "n"),
+            text_fields=("text",),
+        )
+        store.ensure_collection(spec)
+        t0 = time.perf_counter()
+        for start in range(0, a.rows, a.batch):
+            v = rng.standard_normal((a.batch, 384)).astype(np.float32)
+            recs = [
+                {
+                    "id": str(uuid.UUID(int=start + i)),
+                    "vector": v[i],
+                    "doc_id": f"d{(start + i) // 7}",
+                    "text": " ".join(rng.choice(words, 40)),
+                    "n": i % 100,
+                }
+                for i in range(a.batch)
+            ]
+            store.upsert("m", recs)
+            done = start + a.batch
+            if done % (a.batch * 5) == 0 or done >= a.rows:
+                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+                print(
+                    f"{done:>8} rows  {time.perf_counter() - t0:7.1f} s  rss {_rss_gb():.2f} GB"
+                    f"  peak {peak:.2f} GB",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
