@@ -6,22 +6,28 @@ rows (512: `sync_batch_rows`' default), as `store_sync` does, and prints the pro
 memory every few slices. It isolates the store's part of a sync from the pipeline's.
 
     nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 100000 --batch 512
+    # the ingest's own collection spec (every payload field, its filter and text fields):
+    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 100000 --batch 512 \\
+        --spec DATA_DIR/lancedb/_clef_meta/COLLECTION.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from clef_pipelines.stores._common import spec_from_json  # noqa: E402
 from clef_pipelines.stores.base import CollectionSpec  # noqa: E402
 from clef_pipelines.stores.lancedb_store import LanceDBStore  # noqa: E402
 
@@ -31,10 +37,21 @@ def _rss_gb() -> float:
         return int(f.read().split()[1]) * resource.getpagesize() / 1024**3
 
 
+def _value(kind: str, rng: np.random.Generator, words: np.ndarray, i: int) -> object:
+    if kind == "str":
+        return " ".join(rng.choice(words, 40))
+    if kind == "int":
+        return i % 100
+    if kind == "float":
+        return float(i % 10) / 10
+    return i % 2 == 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=5_000)
+    ap.add_argument("--spec", type=Path, help="A collection's _clef_meta JSON to copy the spec of.")
     a = ap.parse_args()
     rng = np.random.default_rng(3)
     words = np.array(["".join(rng.choice(list("abcdefghij"), 6)) for _ in range(5_000)])
@@ -47,20 +64,21 @@ def main() -> None:
             filter_fields=("doc_id", "n"),
             text_fields=("text",),
         )
+        if a.spec:
+            spec = replace(spec_from_json(json.loads(a.spec.read_text())["spec"]), name="m")
         store.ensure_collection(spec)
         t0 = time.perf_counter()
         for start in range(0, a.rows, a.batch):
             v = rng.standard_normal((a.batch, 384)).astype(np.float32)
-            recs = [
-                {
-                    "id": str(uuid.UUID(int=start + i)),
-                    "vector": v[i],
-                    "doc_id": f"d{(start + i) // 7}",
-                    "text": " ".join(rng.choice(words, 40)),
-                    "n": i % 100,
-                }
-                for i in range(a.batch)
-            ]
+            recs = []
+            for i in range(a.batch):
+                rec = {f: _value(t, rng, words, i) for f, t in spec.fields.items()}
+                rec.update(
+                    id=str(uuid.UUID(int=start + i)),
+                    vector=v[i],
+                    doc_id=f"d{(start + i) // 7}",
+                )
+                recs.append(rec)
             store.upsert("m", recs)
             done = start + a.batch
             if done % (a.batch * 5) == 0 or done >= a.rows:
