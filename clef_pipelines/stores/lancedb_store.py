@@ -4,11 +4,11 @@
   column per declared field, ``_extra`` (JSON of undeclared scalar fields).
 - Upserts are ``merge_insert("id")`` (update all / insert all).
 - Scalar indexes (BTREE; BITMAP for bools) on ``id`` and the filter fields. The ANN index
-  (IVF_HNSW_SQ by default, see `vector_index_config` for why) is built by `build_indexes` (its own ingestion step, after the
-  sync), never inside a write: once a collection holds ``index_threshold`` rows it is trained,
-  later calls fold new rows into it (``optimize``), and it is retrained when the table has
-  doubled since. Rows not yet in the index are searched exactly by LanceDB alongside the
-  index, so queries stay correct while it is stale. Searches are prefiltered; with an ANN
+  (IVF_HNSW_SQ by default, see `vector_index_config` for why) is built by `build_indexes`
+  (its own ingestion step, after the sync), never inside a write: once a collection holds
+  ``index_threshold`` rows it is trained, later calls fold new rows into it (``optimize``),
+  and it is retrained when the table has doubled since. Rows not yet in the index are
+  searched exactly by LanceDB alongside the index, so queries stay correct while it is stale. Searches are prefiltered; with an ANN
   index they refine with exact distances, and fall back to exact search when the index
   returns fewer than k rows that a filter admits.
 - Every ``optimize_every`` writes (and in `maintain`) the table is compacted, its indexes
@@ -116,6 +116,8 @@ def vector_index_config(
     Measured with ``bench/bench_vector_index.py`` over 380,000 rows of 384 dimensions
     (docs/BENCHMARKS.md, "Scale"): 4 partitions of 95,000 (the earlier 100,000-row target)
     peaked at 1.20 GB in 1,112 s, 16 partitions at 1.06 GB in 839 s, recall@10 1.000 both.
+    A query probes ``nprobes`` (20) partitions: every partition up to about 500,000 rows;
+    past that a query sees a share of them, so raise ``nprobes`` if recall drops.
     IVF_PQ was measured as the alternative and not taken: its build peaks at the same 1.05 GB
     (the IVF pass over the table, common to every IVF index, is most of that peak), its
     recall@10 was 0.93, and a prefiltered query whose filter admits only rows far from the
