@@ -8,9 +8,9 @@
   (its own ingestion step, after the sync), never inside a write: once a collection holds
   ``index_threshold`` rows it is trained, later calls fold new rows into it (``optimize``),
   and it is retrained when the table has doubled since. Rows not yet in the index are
-  searched exactly by LanceDB alongside the index, so queries stay correct while it is stale. Searches are prefiltered; with an ANN
-  index they refine with exact distances, and fall back to exact search when the index
-  returns fewer than k rows that a filter admits.
+  searched exactly by LanceDB alongside the index, so queries stay correct while it is
+  stale. Searches are prefiltered; with an ANN index they refine with exact distances, and
+  fall back to exact search when the index returns fewer than k rows that a filter admits.
 - Every ``optimize_every`` writes (and in `maintain`) the table is compacted, its indexes
   updated and versions older than ``cleanup_older_than_s`` removed (``optimize(
   cleanup_older_than=...)``), so the disk does not grow without bound.
