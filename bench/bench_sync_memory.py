@@ -51,12 +51,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=5_000)
+    ap.add_argument(
+        "--optimize-every", type=int, default=20, help="LanceDBStore optimize_every (0: never)."
+    )
     ap.add_argument("--spec", type=Path, help="A collection's _clef_meta JSON to copy the spec of.")
     a = ap.parse_args()
     rng = np.random.default_rng(3)
     words = np.array(["".join(rng.choice(list("abcdefghij"), 6)) for _ in range(5_000)])
     with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp:
-        store = LanceDBStore(Path(tmp))
+        store = LanceDBStore(Path(tmp), optimize_every=a.optimize_every)
         spec = CollectionSpec(
             name="m",
             dimension=384,
