@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import tempfile
 import time
@@ -27,14 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from clef_pipelines.ingest.process_memory import peak_rss_gb, rss_gb  # noqa: E402
 from clef_pipelines.stores._common import spec_from_json  # noqa: E402
 from clef_pipelines.stores.base import CollectionSpec  # noqa: E402
 from clef_pipelines.stores.lancedb_store import LanceDBStore  # noqa: E402
-
-
-def _rss_gb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 1024**3
 
 
 def _value(kind: str, rng: np.random.Generator, words: np.ndarray, i: int) -> object:
@@ -85,9 +80,9 @@ def main() -> None:
             store.upsert("m", recs)
             done = start + a.batch
             if done % (a.batch * 5) == 0 or done >= a.rows:
-                peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+                peak = peak_rss_gb()
                 print(
-                    f"{done:>8} rows  {time.perf_counter() - t0:7.1f} s  rss {_rss_gb():.2f} GB"
+                    f"{done:>8} rows  {time.perf_counter() - t0:7.1f} s  rss {rss_gb():.2f} GB"
                     f"  peak {peak:.2f} GB",
                     flush=True,
                 )

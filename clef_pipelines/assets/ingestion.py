@@ -17,7 +17,6 @@ no-change run neither overwrites intermediates with empty frames nor materialise
 latest materialisations keep describing the data as it is.
 """
 
-import resource
 import shutil
 import time
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from pydantic import Field
 
 from clef_pipelines.assets.failures import redacted_failures
 from clef_pipelines.assets.metadata import failures_table, totals_metadata
-from clef_pipelines.ingest import batch_steps, stages
+from clef_pipelines.ingest import batch_steps, process_memory, stages
 from clef_pipelines.ingest.batches import (
     BATCH,
     BatchWriter,
@@ -569,9 +568,9 @@ def vector_indexes(
     # An in-process store (LanceDB) builds the index here, and that build can set an ingest's
     # peak memory: hand the heap the earlier steps freed back to the OS first, and show the
     # process's resident memory before and after that and its peak before and after the build.
-    peak_before, rss_before = _peak_rss_gb(), _rss_gb()
-    _trim_heap()
-    rss_trimmed = _rss_gb()
+    peak_before, rss_before = process_memory.peak_rss_gb(), process_memory.rss_gb()
+    process_memory.trim_heap()
+    rss_trimmed = process_memory.rss_gb()
     done = store.build_indexes(collection)
     return dg.MaterializeResult(
         metadata={
@@ -581,36 +580,10 @@ def vector_indexes(
             "process_rss_gb_before": rss_before,
             "process_rss_gb_trimmed": rss_trimmed,
             "process_peak_gb_before": peak_before,
-            "process_peak_gb_after": _peak_rss_gb(),
+            "process_peak_gb_after": process_memory.peak_rss_gb(),
             "seconds": round(time.perf_counter() - started, 3),
         }
     )
-
-
-def _trim_heap() -> None:
-    # glibc keeps freed memory in its arenas; malloc_trim returns it to the OS. Elsewhere
-    # (musl, macOS) there is nothing to call and nothing is done.
-    import contextlib
-    import ctypes
-    import ctypes.util
-
-    with contextlib.suppress(OSError, AttributeError, TypeError):
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
-
-
-def _rss_gb() -> float:
-    # Resident pages now (statm's second field); -1.0 where there is no /proc (not Linux).
-    try:
-        with open("/proc/self/statm") as f:
-            pages = int(f.read().split()[1])
-    except OSError:
-        return -1.0
-    return round(pages * resource.getpagesize() / 1024**3, 3)
-
-
-def _peak_rss_gb() -> float:
-    # ru_maxrss is in KiB on Linux.
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 / 1024, 3)
 
 
 ingestion_assets = [

@@ -71,6 +71,10 @@ def test_sample_corpus_materialises_into_store(workspace: Workspace) -> None:
     # The index step ran after the sync and saw every record (below LanceDB's threshold: exact).
     assert report.assets["vector_indexes"]["rows"] == len(records)
     assert report.assets["vector_indexes"]["ann_index"] == "none (exact search)"
+    # It shows the process's memory around the build (an in-process index can set the peak).
+    idx = report.assets["vector_indexes"]
+    assert 0 < idx["process_rss_gb_trimmed"] <= idx["process_peak_gb_after"]
+    assert 0 < idx["process_peak_gb_before"] <= idx["process_peak_gb_after"]
     assert {r["doc_id"] for r in records} == {
         p.relative_to(workspace.corpus).as_posix()
         for p in workspace.corpus.rglob("*")
