@@ -9,6 +9,9 @@ memory every few slices. It isolates the store's part of a sync from the pipelin
     # the ingest's own collection spec (every payload field, its filter and text fields):
     nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 100000 --batch 512 \\
         --spec DATA_DIR/lancedb/_clef_meta/COLLECTION.json
+    # the same, trimming the heap after every upsert (retained vs needed memory):
+    ARROW_DEFAULT_MEMORY_POOL=system nice -n 5 .venv/bin/python bench/bench_sync_memory.py \\
+        --rows 60000 --batch 512 --spec ... --trim
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from clef_pipelines.ingest.process_memory import peak_rss_gb, rss_gb  # noqa: E402
+from clef_pipelines.ingest.process_memory import peak_rss_gb, rss_gb, trim_heap  # noqa: E402
 from clef_pipelines.stores._common import spec_from_json  # noqa: E402
 from clef_pipelines.stores.base import CollectionSpec  # noqa: E402
 from clef_pipelines.stores.lancedb_store import LanceDBStore  # noqa: E402
@@ -50,6 +53,13 @@ def main() -> None:
         "--optimize-every", type=int, default=20, help="LanceDBStore optimize_every (0: never)."
     )
     ap.add_argument("--spec", type=Path, help="A collection's _clef_meta JSON to copy the spec of.")
+    ap.add_argument(
+        "--trim",
+        action="store_true",
+        help="Hand freed heap back to the OS after every upsert (malloc_trim): tells memory "
+        "the process keeps from what a write needs while it runs. With "
+        "ARROW_DEFAULT_MEMORY_POOL=system, pyarrow's buffers are trimmed too.",
+    )
     a = ap.parse_args()
     rng = np.random.default_rng(3)
     words = np.array(["".join(rng.choice(list("abcdefghij"), 6)) for _ in range(5_000)])
@@ -78,6 +88,8 @@ def main() -> None:
                 )
                 recs.append(rec)
             store.upsert("m", recs)
+            if a.trim:
+                trim_heap()
             done = start + a.batch
             if done % (a.batch * 5) == 0 or done >= a.rows:
                 peak = peak_rss_gb()
