@@ -264,6 +264,10 @@ class PgVectorStore(VectorStore):
 
         return sql.Identifier(self.schema, name)
 
+    def _regclass(self, name: str) -> str:
+        """``schema.name`` quoted as a ``::regclass`` literal (a table or index of ours)."""
+        return f"{_quote_ident(self.schema)}.{_quote_ident(name)}"
+
     # ------------------------------------------------------------------ meta
 
     def _read_meta(
@@ -755,7 +759,7 @@ class PgVectorStore(VectorStore):
             cur.execute(
                 _TERM_STATS_SQL,
                 {
-                    "regclass": f"{_quote_ident(self.schema)}.{_quote_ident(spec.name)}",
+                    "regclass": self._regclass(spec.name),
                     "schema": self.schema,
                     "table": spec.name,
                     "tsv": _TSV,
@@ -925,7 +929,7 @@ class PgVectorStore(VectorStore):
             cur.execute(
                 "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass "
                 "AND attname = %s",
-                (f"{_quote_ident(self.schema)}.{_quote_ident(spec.name)}", _TSV),
+                (self._regclass(spec.name), _TSV),
             )
             row = cur.fetchone()
             if row is None or row[0] == "m":
@@ -940,7 +944,7 @@ class PgVectorStore(VectorStore):
         autovacuum came by. The index step and `maintain` empty it."""
         if not spec.text_fields:
             return {}
-        name = f"{_quote_ident(self.schema)}.{_quote_ident(_ix(spec.name, _TSV))}"
+        name = self._regclass(_ix(spec.name, _TSV))
         with self._lock, self._conn.cursor() as cur:
             cur.execute("SELECT gin_clean_pending_list(%s::regclass)", (name,))
             row = cur.fetchone()
