@@ -43,9 +43,14 @@ log = logging.getLogger(__name__)
 
 
 def rrf_fuse(
-    ranked: Sequence[Sequence[Hit]], *, k: int = 60, weights: Sequence[float] | None = None
+    ranked: Sequence[Sequence[Hit]],
+    *,
+    k: int = 60,
+    weights: Sequence[float] | None = None,
+    limit: int | None = None,
 ) -> list[Hit]:
-    """Reciprocal rank fusion of best-first lists; ties broken by id (deterministic)."""
+    """Reciprocal rank fusion of best-first lists; ties broken by id (deterministic); the
+    ``limit`` best (default all)."""
     weights = list(weights) if weights is not None else [1.0] * len(ranked)
     fused: dict[str, float] = {}
     first: dict[str, Hit] = {}
@@ -53,7 +58,7 @@ def rrf_fuse(
         for rank, hit in enumerate(hits, start=1):
             fused[hit.id] = fused.get(hit.id, 0.0) + w / (k + rank)
             first.setdefault(hit.id, hit)
-    return _ordered(fused, first)
+    return _ordered(fused, first, limit)
 
 
 #: How a score fusion reads a hit's relevance (higher is better).
@@ -67,6 +72,7 @@ def weighted_fuse(
     spread: Literal["range", "sd"] = "range",
     score_of: Sequence[ScoreOf] | None = None,
     depth: int | None = None,
+    limit: int | None = None,
 ) -> list[Hit]:
     """Weighted sum over best-first lists of ``(s - floor) / spread`` per list.
 
@@ -77,7 +83,7 @@ def weighted_fuse(
     value 0, which then also counts as one value of the spread (a list of one hit is not
     degenerate: its hit gets 2 under sd, 1 under range). A list whose spread is 0 gives each
     of its hits 1. ``score_of`` reads each list's relevance (default ``Hit.score``; scores are
-    >= 0, higher is better)."""
+    >= 0, higher is better). The ``limit`` best come back (default all)."""
     readers = list(score_of) if score_of is not None else [_score] * len(ranked)
     fused: dict[str, float] = {}
     first: dict[str, Hit] = {}
@@ -93,7 +99,7 @@ def weighted_fuse(
             norm = (value - lo) / width if width > 0 else 1.0
             fused[hit.id] = fused.get(hit.id, 0.0) + w * norm
             first.setdefault(hit.id, hit)
-    return _ordered(fused, first)
+    return _ordered(fused, first, limit)
 
 
 def _pstdev(values: Sequence[float]) -> float:
@@ -110,8 +116,9 @@ def _raw_score(hit: Hit) -> float:
     return hit.raw_score
 
 
-def _ordered(fused: dict[str, float], first: dict[str, Hit]) -> list[Hit]:
-    order = sorted(fused, key=lambda i: (-fused[i], i))
+def _ordered(fused: dict[str, float], first: dict[str, Hit], limit: int | None) -> list[Hit]:
+    # Only the kept hits are copied with their fused score (a copy costs more than the sort).
+    order = sorted(fused, key=lambda i: (-fused[i], i))[:limit]
     return [replace(first[i], score=fused[i], raw_score=fused[i]) for i in order]
 
 
@@ -121,12 +128,14 @@ def fuse(
     fusion: FusionConfig,
     *,
     depth: int | None = None,
+    limit: int | None = None,
 ) -> list[Hit]:
-    """The two lists fused as ``fusion`` says; ``depth``: how many hits each list was asked
-    for (default ``fusion.candidates``; a shorter list holds every match)."""
+    """The two lists fused as ``fusion`` says, best first (the ``limit`` best, default all);
+    ``depth``: how many hits each list was asked for (default ``fusion.candidates``; a
+    shorter list holds every match)."""
     weights = (fusion.vector_weight, fusion.text_weight)
     if fusion.method == "rrf":
-        return rrf_fuse((vector_hits, text_hits), k=fusion.rrf_k, weights=weights)
+        return rrf_fuse((vector_hits, text_hits), k=fusion.rrf_k, weights=weights, limit=limit)
     return weighted_fuse(
         (vector_hits, text_hits),
         weights,
@@ -135,6 +144,7 @@ def fuse(
         # BM25 into [0, 1), so its raw value is read.
         score_of=(_score, _raw_score),
         depth=depth or fusion.candidates,
+        limit=limit,
     )
 
 
@@ -198,8 +208,8 @@ def search(
     except NoTextSearch as exc:
         log.warning("hybrid recall by vector alone: %s", exc)
         return store.fill_records(collection, vector_hits[:top_k])
-    fused = fuse(vector_hits, text_hits, fusion, depth=depth)
-    return store.fill_records(collection, fused[:top_k])
+    fused = fuse(vector_hits, text_hits, fusion, depth=depth, limit=top_k)
+    return store.fill_records(collection, fused)
 
 
 _POOL: ThreadPoolExecutor | None = None

@@ -116,6 +116,18 @@ _OPS: dict[str, tuple[str, str]] = {
 _HNSW_MAX_DIM = 2000
 
 
+class _RefRecord(dict[str, Any]):
+    """The record of a ref hit, ``{"id": ...}`` to everyone else, carrying the spec its list
+    was read with, so that `fill_records` reads the full records without reading the spec
+    again (one round trip less on hybrid search's critical path)."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, rid: str, spec: CollectionSpec) -> None:
+        super().__init__(id=rid)
+        self.spec = spec
+
+
 #: How long a store reuses a collection's term statistics (ANALYZE's lexeme frequencies of
 #: ``_tsv``) before reading them again. They change only when ANALYZE runs (the index step,
 #: `maintain`, autovacuum); reading them per query cost 1-3 ms (the ~1,000-element
@@ -132,7 +144,12 @@ _TERM_STATS_SQL = (
     "AND attname = %(tsv)s) s ON true"
 )
 #: The query's distinct lexemes, as the column's own text search configuration makes them.
-_QUERY_TERMS_SQL = "SELECT tsvector_to_array(to_tsvector(%s::regconfig, %s))"
+#: A collection's spec and a query's lexemes in the collection's language, in one round trip
+#: (the full-text leg's first statement; "english" for a spec written before the language was).
+_SPEC_AND_TERMS_SQL = (
+    "SELECT spec, tsvector_to_array(to_tsvector(coalesce(spec->>'text_language', 'english')"
+    "::regconfig, %(text)s)) FROM {} WHERE name = %(name)s"
+)
 
 
 @dataclass(frozen=True)
@@ -257,6 +274,8 @@ class PgVectorStore(VectorStore):
         # hnsw.iterative_scan exists from pgvector 0.8; older servers fall back to exact search
         # when the index returns fewer than k rows.
         self.iterative_scan = version >= (0, 8)
+        #: hnsw.ef_search as last set on the session (`_hnsw_settings`).
+        self._session_ef_search: int | None = None
         register_vector(self._conn)
 
     def _t(self, name: str) -> Any:
@@ -270,28 +289,23 @@ class PgVectorStore(VectorStore):
 
     # ------------------------------------------------------------------ meta
 
-    def _read_meta(
-        self, name: str, *, text_side: bool = False
-    ) -> tuple[dict[str, Any], Any] | None:
-        """The spec and manifest of a collection; ``text_side``: through the full-text leg's
-        connection, so a text query never waits for a vector query's lock."""
+    def _read_meta(self, name: str) -> tuple[dict[str, Any], Any] | None:
+        """The spec and manifest of a collection. (The full-text leg reads the spec with the
+        query's terms, on its own connection: `_SPEC_AND_TERMS_SQL`.)"""
         from psycopg import sql
 
-        lock = self._text_lock if text_side else self._lock
-        with lock:
-            conn = self._text_connection() if text_side else self._conn
-            with conn.cursor() as cur:
-                cur.execute(
-                    sql.SQL("SELECT spec, manifest FROM {} WHERE name = %s").format(
-                        self._t(META_TABLE)
-                    ),
-                    (name,),
-                )
-                row = cur.fetchone()
+        with self._lock, self._conn.cursor() as cur:
+            cur.execute(
+                sql.SQL("SELECT spec, manifest FROM {} WHERE name = %s").format(
+                    self._t(META_TABLE)
+                ),
+                (name,),
+            )
+            row = cur.fetchone()
         return None if row is None else (row[0], row[1])
 
-    def get_spec(self, name: str, *, text_side: bool = False) -> CollectionSpec:
-        meta = self._read_meta(check_collection_name(name), text_side=text_side)
+    def get_spec(self, name: str) -> CollectionSpec:
+        meta = self._read_meta(check_collection_name(name))
         if meta is None:
             raise StoreError(f"collection {name!r} does not exist in PostgreSQL")
         return spec_from_json(meta[0])
@@ -531,20 +545,25 @@ class PgVectorStore(VectorStore):
     def get(
         self, collection: str, ids: Sequence[str], *, with_vectors: bool = False
     ) -> list[Record]:
-        from psycopg import sql
-
         spec = self.get_spec(collection)
         id_list = check_ids(ids, collection)
         if not id_list:
             return []
+        return self._read_by_id(spec, id_list, with_vectors=with_vectors)
+
+    def _read_by_id(
+        self, spec: CollectionSpec, ids: list[str], *, with_vectors: bool
+    ) -> list[Record]:
+        from psycopg import sql
+
         cols = self._cols(spec, None)
         sel = [*cols, _VEC] if with_vectors else cols
         with self._lock, self._conn.cursor() as cur:
             cur.execute(
                 sql.SQL("SELECT {} FROM {} WHERE id = ANY(CAST(%s AS text[]))").format(
-                    sql.SQL(", ").join(sql.Identifier(c) for c in sel), self._t(collection)
+                    sql.SQL(", ").join(sql.Identifier(c) for c in sel), self._t(spec.name)
                 ),
-                (id_list,),
+                (ids,),
             )
             rows = cur.fetchall()
         return [self._to_record(spec, cols, r, None, r[-1] if with_vectors else None) for r in rows]
@@ -645,7 +664,9 @@ class PgVectorStore(VectorStore):
                     id=r[0],
                     score=score(spec.metric, canon),
                     raw_score=raw,
-                    record={"id": r[0]} if refs else self._to_record(spec, cols, r[:-1], None),
+                    record=_RefRecord(r[0], spec)
+                    if refs
+                    else self._to_record(spec, cols, r[:-1], None),
                 )
             )
         hits.sort(key=lambda h: (-h.score, h.id))
@@ -658,7 +679,14 @@ class PgVectorStore(VectorStore):
 
         if not hits:
             return []
-        found = {r["id"]: r for r in self.get(collection, [h.id for h in hits])}
+        # Hits from this store's own lists carry the spec they were read with, and ids that
+        # need no check.
+        spec = next((h.record.spec for h in hits if isinstance(h.record, _RefRecord)), None)
+        if spec is None:
+            records = self.get(collection, [h.id for h in hits])
+        else:
+            records = self._read_by_id(spec, [h.id for h in hits], with_vectors=False)
+        found = {r["id"]: r for r in records}
         return [replace(h, record=found[h.id]) for h in hits if h.id in found]
 
     def text_query(
@@ -694,17 +722,25 @@ class PgVectorStore(VectorStore):
         *,
         refs: bool,
     ) -> list[Hit]:
-        spec = self.get_spec(collection, text_side=True)
-        node = text_plan(spec, text, where, top_k, include_quarantined)
-        if node is None:
-            return []
-        cols = self._cols(spec, None)
+        from psycopg import sql
+
+        name = check_collection_name(collection)
         with self._text_lock:
             conn = self._text_connection()
             with conn.cursor() as cur:
-                cur.execute(_QUERY_TERMS_SQL, (spec.text_language, text))
+                cur.execute(
+                    sql.SQL(_SPEC_AND_TERMS_SQL).format(self._t(META_TABLE)),
+                    {"name": name, "text": text if isinstance(text, str) else ""},
+                )
                 row = cur.fetchone()
-            terms = sorted(set(row[0])) if row and row[0] else []
+            if row is None:
+                raise StoreError(f"collection {name!r} does not exist in PostgreSQL")
+            spec = spec_from_json(row[0])
+            node = text_plan(spec, text, where, top_k, include_quarantined)
+            if node is None:
+                return []
+            cols = self._cols(spec, None)
+            terms = sorted(set(row[1])) if row[1] else []
             if not terms:
                 return []  # stop words only: nothing matches
             stats = self._stats_for(spec)
@@ -732,7 +768,9 @@ class PgVectorStore(VectorStore):
                 id=r[0],
                 score=text_score(float(r[-1])),
                 raw_score=float(r[-1]),
-                record={"id": r[0]} if refs else self._to_record(spec, cols, r[:-1], None),
+                record=_RefRecord(r[0], spec)
+                if refs
+                else self._to_record(spec, cols, r[:-1], None),
             )
             for r in rows
         ]
@@ -877,19 +915,30 @@ class PgVectorStore(VectorStore):
             w=to_pg(node),
         )
         params = [q, *pg_params(node), q, top_k]
-        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
-            if exact:
+        if exact:
+            with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
                 cur.execute("SET LOCAL enable_indexscan = off")
-            else:
-                cur.execute(
-                    sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-                        sql.Literal(max(self.ef_search, top_k))
-                    )
-                )
-                if self.iterative_scan:
-                    cur.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                cur.execute(stmt, params)
+                return list(cur.fetchall())
+        with self._lock, self._conn.cursor() as cur:
+            self._hnsw_settings(cur, max(self.ef_search, top_k))
             cur.execute(stmt, params)
             return list(cur.fetchall())
+
+    def _hnsw_settings(self, cur: Any, ef_search: int) -> None:
+        """The HNSW search settings, set for the session and only when they change (the
+        caller holds ``_lock``): as ``SET LOCAL`` in a transaction of their own they cost a
+        query four round trips (BEGIN, two SETs, COMMIT), more than the index search itself
+        at SciFact size. Only this store's statements run on this connection."""
+        from psycopg import sql
+
+        if self._session_ef_search == ef_search:
+            return
+        stmt = sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(ef_search))
+        if self.iterative_scan:
+            stmt = sql.SQL("{}; SET hnsw.iterative_scan = relaxed_order").format(stmt)
+        cur.execute(stmt)  # no parameters: both statements in one round trip
+        self._session_ef_search = ef_search
 
     # --------------------------------------------------------------- manifest
 

@@ -400,3 +400,81 @@ def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
         store.close()
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_pgvector_hnsw_settings_are_set_once_per_session(pg_dsn: str) -> None:
+    """A vector query sets hnsw.ef_search (at least top_k) and the iterative scan on the
+    session the first time, not in a transaction per query; a larger top_k raises ef_search
+    for the session; the index answers (the query's own vector comes first)."""
+    from psycopg import sql
+
+    from clef_pipelines.stores.pgvector_store import PgVectorStore
+
+    schema = "hnsw_" + uuid.uuid4().hex[:8]
+    store = PgVectorStore(pg_dsn, schema=schema, ef_search=20)
+    try:
+        store.ensure_collection(spec(dim=8))
+        rng = np.random.default_rng(5)
+        vecs = rng.standard_normal((200, 8)).astype(np.float32)
+        store.upsert("docs", [{"id": uid(f"h{i}"), "vector": vecs[i]} for i in range(200)])
+        store.build_indexes("docs")
+
+        def setting(name: str) -> str:
+            with store._conn.cursor() as cur:
+                cur.execute(sql.SQL("SHOW {}").format(sql.SQL(name)))
+                return str(cur.fetchone()[0])
+
+        q = vecs[11]
+        hits = store.query("docs", q, top_k=5)
+        assert len(hits) == 5 and hits[0].id == uid("h11")
+        assert setting("hnsw.ef_search") == "20"
+        if store.iterative_scan:
+            assert setting("hnsw.iterative_scan") == "relaxed_order"
+        assert not store._conn.info.transaction_status  # idle: no transaction left open
+        refs = store.query_refs("docs", q, top_k=40)
+        assert len(refs) == 40 and refs[0].id == uid("h11")
+        assert setting("hnsw.ef_search") == "40"
+        assert store.index_status("docs")["ann_index"] == "hnsw"
+    finally:
+        store.close()
+        import psycopg
+
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_pgvector_fill_records_reuses_the_lists_spec(pg_dsn: str) -> None:
+    """Ref hits carry the spec their list was read with: `fill_records` reads the records
+    in one statement without reading the spec again, and a record removed meanwhile is
+    dropped."""
+    from psycopg import sql
+
+    from clef_pipelines.stores.pgvector_store import PgVectorStore
+
+    schema = "fill_" + uuid.uuid4().hex[:8]
+    store = PgVectorStore(pg_dsn, schema=schema)
+    try:
+        store.ensure_collection(spec(dim=8))
+        rng = np.random.default_rng(6)
+        vecs = rng.standard_normal((20, 8)).astype(np.float32)
+        store.upsert(
+            "docs", [{"id": uid(f"f{i}"), "vector": vecs[i], "doc_id": f"d{i}"} for i in range(20)]
+        )
+        full = store.query("docs", vecs[3], top_k=6)
+        refs = store.query_refs("docs", vecs[3], top_k=6)
+        assert [h.record for h in refs] == [{"id": h.id} for h in full]
+        store.delete("docs", ids=[full[2].id])
+
+        def no_spec_read(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("fill_records read the spec again")
+
+        store.get_spec = no_spec_read  # type: ignore[method-assign]
+        filled = store.fill_records("docs", refs)
+        assert [h.id for h in filled] == [h.id for i, h in enumerate(full) if i != 2]
+        assert [h.record for h in filled] == [h.record for i, h in enumerate(full) if i != 2]
+    finally:
+        store.close()
+        import psycopg
+
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
