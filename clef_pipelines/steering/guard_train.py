@@ -24,7 +24,9 @@ Procedure (every choice is made on train + validation; the test split is only re
    ``--seeds`` 385 -> 64 -> 1 MLPs (merged into one network); the one with the better
    validation recall (mean over injection sources, at its own threshold) is kept. The help
    docs (``STAGE2_ONLY_SOURCES``) are left out of stage 1 and the gate and only feed stage 2,
-   a fixed sample of ``--stage2-only-windows`` of their gated windows.
+   a fixed sample of ``--stage2-only-windows`` of their gated windows. The injection
+   datasets' own benign rows (user prompts to an assistant) weigh ``--prompt-negative-weight``
+   in stage 2 (weights v3: 1).
 5. Threshold: the lowest score that quarantines at most ``--max-false-quarantine`` of the
    validation paragraphs of each prose source (SciFact, Python docs, package READMEs, shipped
    help docs), end to end through the cascade.
@@ -487,6 +489,15 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
     # too much (stage 1 and the gate are fitted with plain weights).
     docs = np.isin(source_of[order], ("pydocs", "pkgdocs", "helpdocs"))
     stage2_weights = np.where(docs, args.doc_weight, 1.0) * weights[order]
+    # The injection datasets' own benign rows are user prompts to an assistant ("How does scrum
+    # manage sprint planning", "Help me write a poem"): addressed to an AI, so not what the
+    # guard must let through in a document. As stage-2 negatives they teach it to tell a
+    # malicious prompt from a harmless one, a harder question than the guard's, and it pays in
+    # recall (see GUARD_WEIGHTS.md). Weighed by --prompt-negative-weight (0: left out).
+    prompts = (labels[order] == 0) & np.isin(source_of[order], INJECTION_SOURCES)
+    stage2_weights = np.where(prompts, args.prompt_negative_weight, 1.0) * stage2_weights
+    keep = stage2_weights > 0
+    order, inputs, stage2_weights = order[keep], inputs[keep], stage2_weights[keep]
     best: Trained | None = None
     best_recall = -1.0
     for kind in args.stage2_kinds:
@@ -658,6 +669,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=1.0,
         help="weight in stage 2 of benign windows of technical docs (pydocs, pkgdocs); 3 was "
         "tried and not kept (see GUARD_WEIGHTS.md)",
+    )
+    parser.add_argument(
+        "--prompt-negative-weight",
+        type=float,
+        default=1.0,
+        help="weight in stage 2 of the benign user prompts of the injection datasets (0: left "
+        "out of stage 2; stage 1 and the gate always see them)",
     )
     parser.add_argument("--gate-recall", type=float, default=0.99)
     parser.add_argument("--max-false-quarantine", type=float, default=0.01)
