@@ -26,7 +26,7 @@ Procedure (every choice is made on train + validation; the test split is only re
    docs (``STAGE2_ONLY_SOURCES``) are left out of stage 1 and the gate and only feed stage 2,
    a fixed sample of ``--stage2-only-windows`` of their gated windows. The injection
    datasets' own benign rows (user prompts to an assistant) weigh ``--prompt-negative-weight``
-   in stage 2 (weights v3: 1).
+   in stage 2 (weights v4: 0.3; v3: 1).
 5. Threshold: the lowest score that quarantines at most ``--max-false-quarantine`` of the
    validation paragraphs of each prose source (SciFact, Python docs, package READMEs, shipped
    help docs), end to end through the cascade.
@@ -607,7 +607,7 @@ def leave_one_source_out(examples: Sequence[Example], cache: VectorCache, args) 
 def save(model: Trained, path: Path, meta_extra: dict) -> None:
     nonzero = np.flatnonzero(model.w1)
     meta = {
-        "name": "guard-minilm-cascade-v3",
+        "name": "guard-minilm-cascade-v4",
         "window_words": WINDOW_WORDS,
         "buckets": BUCKETS,
         "stage1_bias": model.b1,
@@ -673,9 +673,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--prompt-negative-weight",
         type=float,
-        default=1.0,
-        help="weight in stage 2 of the benign user prompts of the injection datasets (0: left "
-        "out of stage 2; stage 1 and the gate always see them)",
+        default=0.3,
+        help="weight in stage 2 of the benign user prompts of the injection datasets (weights "
+        "v3: 1; 0: left out of stage 2; stage 1 and the gate always see them)",
     )
     parser.add_argument("--gate-recall", type=float, default=0.99)
     parser.add_argument("--max-false-quarantine", type=float, default=0.01)
