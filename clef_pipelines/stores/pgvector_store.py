@@ -224,7 +224,7 @@ class PgVectorStore(VectorStore):
         hnsw_ef_construction: int = 64,
         ef_search: int = 100,
         maintenance_work_mem: str = "512MB",
-        text_candidates: int = 1000,
+        text_candidates: int = 500,
         text_idf: bool = False,
     ) -> None:
         import psycopg
