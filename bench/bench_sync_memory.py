@@ -9,6 +9,9 @@ memory every few slices. It isolates the store's part of a sync from the pipelin
     # the ingest's own collection spec (every payload field, its filter and text fields):
     nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 100000 --batch 512 \\
         --spec DATA_DIR/lancedb/_clef_meta/COLLECTION.json
+    # upkeep every 20 writes whatever the table's size (the behaviour before upkeep_fraction):
+    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 150000 --batch 512 \\
+        --spec ... --upkeep-fraction 0
     # the same, trimming the heap after every upsert (retained vs needed memory):
     ARROW_DEFAULT_MEMORY_POOL=system nice -n 5 .venv/bin/python bench/bench_sync_memory.py \\
         --rows 60000 --batch 512 --spec ... --trim
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -52,6 +56,12 @@ def main() -> None:
     ap.add_argument(
         "--optimize-every", type=int, default=20, help="LanceDBStore optimize_every (0: never)."
     )
+    ap.add_argument(
+        "--upkeep-fraction",
+        type=float,
+        default=0.5,
+        help="LanceDBStore upkeep_fraction (0: upkeep every --optimize-every writes).",
+    )
     ap.add_argument("--spec", type=Path, help="A collection's _clef_meta JSON to copy the spec of.")
     ap.add_argument(
         "--trim",
@@ -64,7 +74,9 @@ def main() -> None:
     rng = np.random.default_rng(3)
     words = np.array(["".join(rng.choice(list("abcdefghij"), 6)) for _ in range(5_000)])
     with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp:
-        store = LanceDBStore(Path(tmp), optimize_every=a.optimize_every)
+        store = LanceDBStore(
+            Path(tmp), optimize_every=a.optimize_every, upkeep_fraction=a.upkeep_fraction
+        )
         spec = CollectionSpec(
             name="m",
             dimension=384,
@@ -93,9 +105,10 @@ def main() -> None:
             done = start + a.batch
             if done % (a.batch * 5) == 0 or done >= a.rows:
                 peak = peak_rss_gb()
+                frags = store._table("m").stats()["fragment_stats"]["num_fragments"]
                 print(
                     f"{done:>8} rows  {time.perf_counter() - t0:7.1f} s  rss {rss_gb():.2f} GB"
-                    f"  peak {peak:.2f} GB",
+                    f"  peak {peak:.2f} GB  fragments {frags}  load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
 

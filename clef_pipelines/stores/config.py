@@ -39,7 +39,14 @@ class LanceDBConfig(StrictModel):
         20,
         ge=0,
         description="Compact, update indexes and delete old versions every N writes (0: only "
-        "in maintain()).",
+        "in maintain()), once `upkeep_fraction` of the table has been written since.",
+    )
+    upkeep_fraction: float = Field(
+        0.5,
+        ge=0,
+        description="Upkeep during writes waits until the rows written or deleted since the last "
+        "one are this share of the table (each upkeep rewrites the table's small fragments, so "
+        "a load's upkeep stays proportional to its rows; 0: every `optimize_every` writes).",
     )
 
 

@@ -47,6 +47,7 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             optimize_every=c.optimize_every,
             ef=c.ef,
             cleanup_older_than_s=c.cleanup_older_than_s,
+            upkeep_fraction=c.upkeep_fraction,
         )
     if kind == "qdrant":
         try:

@@ -11,9 +11,16 @@
   searched exactly by LanceDB alongside the index, so queries stay correct while it is
   stale. Searches are prefiltered; with an ANN index they refine with exact distances, and
   fall back to exact search when the index returns fewer than k rows that a filter admits.
-- Every ``optimize_every`` writes (and in `maintain`) the table is compacted, its indexes
-  updated and versions older than ``cleanup_older_than_s`` removed (``optimize(
-  cleanup_older_than=...)``), so the disk does not grow without bound.
+- Upkeep (``optimize(cleanup_older_than=...)``: the table compacted, its indexes updated and
+  versions older than ``cleanup_older_than_s`` removed, so the disk does not grow without
+  bound) runs in `maintain` and during writes once at least ``optimize_every`` writes and
+  rows written or deleted of at least ``upkeep_fraction`` of the table (as it was at the
+  last upkeep) have accumulated. Why the second condition: LanceDB's compaction rewrites
+  every fragment below its 1M-row target, so until then one upkeep rewrites the whole
+  table and needs memory and time that grow with it. Every 20 writes of 512 rows, a
+  380,000-row load rewrote the table 37 times and its peak grew about 5 KB a row
+  (docs/BENCHMARKS.md, "Scale"); with upkeep at a fixed fraction of the table, a load of N
+  rows rewrites O(N) rows in all, in O(log N) upkeeps.
 - Full-text search (collections with ``text_fields``): a ``_text`` column holds the text
   fields joined, written with every upsert, under LanceDB's native inverted (FTS) index with
   the collection's language (stemming, stop words, ASCII folding). The index is created on
@@ -153,6 +160,7 @@ class LanceDBStore(VectorStore):
         optimize_every: int = 20,
         ef: int = 100,
         cleanup_older_than_s: float = 60.0,
+        upkeep_fraction: float = 0.5,
     ) -> None:
         import lancedb
 
@@ -166,11 +174,16 @@ class LanceDBStore(VectorStore):
         self.optimize_every = optimize_every
         self.ef = ef
         self.cleanup_older_than_s = cleanup_older_than_s
+        self.upkeep_fraction = upkeep_fraction
         # Strong consistency: other processes (Dagster steps) may write the same tables.
         self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
         self._tables: dict[str, Any] = {}
         self._specs: dict[str, CollectionSpec] = {}
         self._writes: dict[str, int] = {}
+        # Per collection since its last upkeep in this process: writes, rows written or
+        # deleted, and the table's rows after that upkeep (see `_after_write`).
+        self._since_upkeep: dict[str, tuple[int, int]] = {}
+        self._rows_at_upkeep: dict[str, int] = {}
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ meta
@@ -315,7 +328,7 @@ class LanceDBStore(VectorStore):
                 .when_not_matched_insert_all()
                 .execute(data)
             )
-            self._after_write(spec)
+            self._after_write(spec, n)
         return n
 
     def delete(
@@ -341,16 +354,24 @@ class LanceDBStore(VectorStore):
                 res = t.delete(clause if clause is not None else "true")
                 deleted += int(getattr(res, "num_deleted_rows", 0) or 0)
             if clauses:
-                self._after_write(spec)
+                self._after_write(spec, deleted)
         return deleted
 
-    def _after_write(self, spec: CollectionSpec) -> None:
+    def _after_write(self, spec: CollectionSpec, rows: int) -> None:
         name = spec.name
         self._writes[name] = self._writes.get(name, 0) + 1
         if self._writes[name] == 1:
             self._ensure_scalar_indexes(spec)
             self._ensure_fts_index(spec)
-        if self.optimize_every and self._writes[name] % self.optimize_every == 0:
+        writes, touched = self._since_upkeep.get(name, (0, 0))
+        writes, touched = writes + 1, touched + rows
+        self._since_upkeep[name] = (writes, touched)
+        if not self.optimize_every or writes < self.optimize_every:
+            return
+        # Rows written or deleted since the last upkeep against the table as it was then: the
+        # upkeep rewrites the table (see the module docstring), so it waits until the rows
+        # touched are a share of it; a small table is kept up every `optimize_every` writes.
+        if touched >= self.upkeep_fraction * self._rows_at_upkeep.get(name, 0):
             self._optimize(name)
 
     def _index_if_due(self, spec: CollectionSpec) -> str | None:
@@ -448,7 +469,10 @@ class LanceDBStore(VectorStore):
     def _optimize(self, name: str) -> None:
         # Compacts fragments, folds new rows into the indexes, and deletes versions older than
         # the window (0 would break a concurrent reader of an older version).
-        self._table(name).optimize(cleanup_older_than=timedelta(seconds=self.cleanup_older_than_s))
+        t = self._table(name)
+        t.optimize(cleanup_older_than=timedelta(seconds=self.cleanup_older_than_s))
+        self._since_upkeep[name] = (0, 0)
+        self._rows_at_upkeep[name] = int(t.count_rows())
 
     def maintain(self, collection: str) -> dict[str, Any]:
         spec = self.get_spec(collection)
