@@ -12,6 +12,9 @@ memory every few slices. It isolates the store's part of a sync from the pipelin
     # upkeep every 20 writes whatever the table's size (the behaviour before upkeep_fraction):
     nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 150000 --batch 512 \\
         --spec ... --upkeep-fraction 0
+    # no upkeep during the load, then one over the whole table (what one upkeep costs at N):
+    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 150000 --batch 512 \\
+        --spec ... --optimize-every 0 --final-upkeep
     # the same, trimming the heap after every upsert (retained vs needed memory):
     ARROW_DEFAULT_MEMORY_POOL=system nice -n 5 .venv/bin/python bench/bench_sync_memory.py \\
         --rows 60000 --batch 512 --spec ... --trim
@@ -24,6 +27,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import replace
@@ -61,6 +65,12 @@ def main() -> None:
         type=float,
         default=0.5,
         help="LanceDBStore upkeep_fraction (0: upkeep every --optimize-every writes).",
+    )
+    ap.add_argument(
+        "--final-upkeep",
+        action="store_true",
+        help="After the load, one maintain() with the memory it adds (with --optimize-every 0: "
+        "one compaction of the whole table).",
     )
     ap.add_argument("--spec", type=Path, help="A collection's _clef_meta JSON to copy the spec of.")
     ap.add_argument(
@@ -111,6 +121,36 @@ def main() -> None:
                     f"  peak {peak:.2f} GB  fragments {frags}  load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
+        if a.final_upkeep:
+            _one_upkeep(store)
+
+
+def _one_upkeep(store: LanceDBStore) -> None:
+    """One `maintain` (compaction of every small fragment, index updates, version clean-up)
+    over the table as loaded, with the resident memory it adds (sampled every 10 ms)."""
+    trim_heap()
+    before = rss_gb()
+    top = [before]
+    running = threading.Event()
+    running.set()
+
+    def sample() -> None:
+        while running.is_set():
+            top[0] = max(top[0], rss_gb())
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t0 = time.perf_counter()
+    store.maintain("m")
+    running.clear()
+    sampler.join()
+    print(
+        f"one upkeep over {store.count('m')} rows: {time.perf_counter() - t0:.1f} s, resident "
+        f"{before:.2f} -> peak {top[0]:.2f} GB (+{top[0] - before:.2f})  "
+        f"load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
