@@ -363,6 +363,10 @@ class LanceDBStore(VectorStore):
         if self._writes[name] == 1:
             self._ensure_scalar_indexes(spec)
             self._ensure_fts_index(spec)
+        if name not in self._rows_at_upkeep:
+            # First write in this process: the table as found stands for the last upkeep, so a
+            # small refresh of a large table is not a whole-table rewrite every 20 writes.
+            self._rows_at_upkeep[name] = int(self._table(name).count_rows())
         writes, touched = self._since_upkeep.get(name, (0, 0))
         writes, touched = writes + 1, touched + rows
         self._since_upkeep[name] = (writes, touched)

@@ -146,6 +146,14 @@ def test_lancedb_upkeep_during_writes_follows_the_table_size(tmp_path: pathlib.P
     # At 20, 40, 70, 110, 170, 260, 390, 590 rows: each when half the table is new.
     assert upkeeps[0.5] <= 10
 
+    # A new process refreshing part of the loaded table: the table as found counts as upkept.
+    later = LanceDBStore(tmp_path / "l0.5", optimize_every=2, upkeep_fraction=0.5)
+    versions = len(later._table("docs").list_versions())
+    for w in range(8):  # 80 rows rewritten, less than half of 640
+        later.upsert("docs", [_rec(w * 10 + i) for i in range(10)])
+    assert len(later._table("docs").list_versions()) == versions + 8  # writes only, no upkeep
+    assert later.count("docs") == 640
+
 
 def _rec(i: int) -> dict[str, Any]:
     return {"id": uid(i), "vector": vec(i), "doc_id": f"d{i // 10}", "n": i}
