@@ -15,7 +15,7 @@
   versions older than ``cleanup_older_than_s`` removed, so the disk does not grow without
   bound) runs in `maintain` and during writes once at least ``optimize_every`` writes and
   rows written or deleted of at least ``upkeep_fraction`` of the table (as it was at the
-  last upkeep) have accumulated. Why the second condition: LanceDB's compaction rewrites
+  last upkeep, or as this process first found it) have accumulated. Why the second condition: LanceDB's compaction rewrites
   every fragment below its 1M-row target, so until then one upkeep rewrites the whole
   table and needs memory and time that grow with it. Every 20 writes of 512 rows, a
   380,000-row load rewrote the table 37 times and its peak grew about 5 KB a row
