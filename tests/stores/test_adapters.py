@@ -3,8 +3,10 @@ factory, LanceDB maintenance, the pgvector schema."""
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,24 @@ def _reopen(kind: str, tmp_path: pathlib.Path, pg_dsn: Any | None, schema: str) 
     from clef_pipelines.stores.pgvector_store import PgVectorStore
 
     return PgVectorStore(pg_dsn, schema=schema)
+
+
+@contextlib.contextmanager
+def _pg_store(pg_dsn: str, prefix: str, **kwargs: Any) -> Iterator[Any]:
+    """A PgVectorStore in a fresh schema, dropped with everything in it afterwards."""
+    import psycopg
+    from psycopg import sql
+
+    from clef_pipelines.stores.pgvector_store import PgVectorStore
+
+    schema = prefix + uuid.uuid4().hex[:8]
+    store = PgVectorStore(pg_dsn, schema=schema, **kwargs)
+    try:
+        yield store
+    finally:
+        store.close()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 @pytest.mark.parametrize("kind", ["lancedb", "qdrant", "pgvector"])
@@ -307,11 +327,7 @@ def test_pgvector_schema(pg_dsn: str) -> None:
 def test_pgvector_first_load_is_copied_then_indexed(pg_dsn: str) -> None:
     """A first load goes straight into the table with no HNSW to maintain; queries are exact
     until the index step builds it; later upserts still replace by id."""
-    from clef_pipelines.stores.pgvector_store import PgVectorStore
-
-    schema = "bulk_" + uuid.uuid4().hex[:8]
-    store = PgVectorStore(pg_dsn, schema=schema)
-    try:
+    with _pg_store(pg_dsn, "bulk_") as store:
         store.ensure_collection(spec(dim=8))
         rng = np.random.default_rng(3)
         vecs = rng.standard_normal((300, 8)).astype(np.float32)
@@ -329,13 +345,6 @@ def test_pgvector_first_load_is_copied_then_indexed(pg_dsn: str) -> None:
         store.upsert("docs", [{**recs[0], "doc_id": "moved"}])
         assert store.get("docs", [uid("b0")])[0]["doc_id"] == "moved"
         assert store.query("docs", q, top_k=1)[0].id == uid("b7")
-    finally:
-        store.close()
-        import psycopg
-        from psycopg import sql
-
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 def test_pgvector_bounded_text_leg(pg_dsn: str) -> None:
@@ -449,11 +458,7 @@ def test_pgvector_hnsw_settings_are_set_once_per_session(pg_dsn: str) -> None:
     for the session; the index answers (the query's own vector comes first)."""
     from psycopg import sql
 
-    from clef_pipelines.stores.pgvector_store import PgVectorStore
-
-    schema = "hnsw_" + uuid.uuid4().hex[:8]
-    store = PgVectorStore(pg_dsn, schema=schema, ef_search=20)
-    try:
+    with _pg_store(pg_dsn, "hnsw_", ef_search=20) as store:
         store.ensure_collection(spec(dim=8))
         rng = np.random.default_rng(5)
         vecs = rng.standard_normal((200, 8)).astype(np.float32)
@@ -476,25 +481,13 @@ def test_pgvector_hnsw_settings_are_set_once_per_session(pg_dsn: str) -> None:
         assert len(refs) == 40 and refs[0].id == uid("h11")
         assert setting("hnsw.ef_search") == "40"
         assert store.index_status("docs")["ann_index"] == "hnsw"
-    finally:
-        store.close()
-        import psycopg
-
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 def test_pgvector_fill_records_reuses_the_lists_spec(pg_dsn: str) -> None:
     """Ref hits carry the spec their list was read with: `fill_records` reads the records
     in one statement without reading the spec again, and a record removed meanwhile is
     dropped."""
-    from psycopg import sql
-
-    from clef_pipelines.stores.pgvector_store import PgVectorStore
-
-    schema = "fill_" + uuid.uuid4().hex[:8]
-    store = PgVectorStore(pg_dsn, schema=schema)
-    try:
+    with _pg_store(pg_dsn, "fill_") as store:
         store.ensure_collection(spec(dim=8))
         rng = np.random.default_rng(6)
         vecs = rng.standard_normal((20, 8)).astype(np.float32)
@@ -513,9 +506,3 @@ def test_pgvector_fill_records_reuses_the_lists_spec(pg_dsn: str) -> None:
         filled = store.fill_records("docs", refs)
         assert [h.id for h in filled] == [h.id for i, h in enumerate(full) if i != 2]
         assert [h.record for h in filled] == [h.record for i, h in enumerate(full) if i != 2]
-    finally:
-        store.close()
-        import psycopg
-
-        with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
