@@ -8,8 +8,8 @@
   during a large first load. Once it exists PostgreSQL keeps it current on every insert
   (incremental). Without it queries are exact sequential scans. B-tree indexes on the filter
   fields are created with the table.
-- Queries run with ``hnsw.iterative_scan = relaxed_order`` so a selective filter still yields
-  k rows; results are re-sorted exactly, and if the index still returns fewer than k rows that
+- Queries run with ``hnsw.iterative_scan = relaxed_order`` (set on the store's session once,
+  with ``hnsw.ef_search``, not per query) so a selective filter still yields k rows; results are re-sorted exactly, and if the index still returns fewer than k rows that
   the filter admits, the query is repeated without the index (exact).
 - Filters are compiled to ``psycopg.sql`` with ``%s`` parameters: values are never formatted
   into SQL. Identifiers go through ``sql.Identifier``.
@@ -40,8 +40,8 @@
   rarely ranks high; when fewer than top_k rows hold a rare term (a selective filter), rows
   of the other terms fill the list. Before the first ANALYZE (no frequencies) every match is
   ranked; ``text_candidates = 0`` always ranks every match (unbounded).
-- A text query is two small statements: the query's terms (``to_tsvector``), then one
-  ranking statement whose tsqueries Python builds from them. The term frequencies are read
+- A text query is two statements: the collection's spec with the query's terms
+  (``to_tsvector``), then one ranking statement whose tsqueries Python builds from them. The term frequencies are read
   once a minute per collection (and again after the store's own ANALYZE), not per query:
   parsing and joining the ~1,000-element statistics array per query was a third of the leg.
 - Hybrid search reads both lists as (id, score) only (`query_refs`, `text_query_refs`) and
@@ -143,9 +143,9 @@ _TERM_STATS_SQL = (
     "FROM pg_stats WHERE schemaname = %(schema)s AND tablename = %(table)s "
     "AND attname = %(tsv)s) s ON true"
 )
-#: The query's distinct lexemes, as the column's own text search configuration makes them.
-#: A collection's spec and a query's lexemes in the collection's language, in one round trip
-#: (the full-text leg's first statement; "english" for a spec written before the language was).
+#: A collection's spec and the query's distinct lexemes as the column's own text search
+#: configuration makes them (the collection's language; "english" for a spec written before
+#: the language was): the full-text leg's first statement, one round trip.
 _SPEC_AND_TERMS_SQL = (
     "SELECT spec, tsvector_to_array(to_tsvector(coalesce(spec->>'text_language', 'english')"
     "::regconfig, %(text)s)) FROM {} WHERE name = %(name)s"
@@ -276,6 +276,8 @@ class PgVectorStore(VectorStore):
         self.iterative_scan = version >= (0, 8)
         #: hnsw.ef_search as last set on the session (`_hnsw_settings`).
         self._session_ef_search: int | None = None
+        #: The full-text leg's first statement, composed once (it depends on the schema only).
+        self._spec_and_terms_sql = sql.SQL(_SPEC_AND_TERMS_SQL).format(self._t(META_TABLE))
         register_vector(self._conn)
 
     def _t(self, name: str) -> Any:
@@ -679,9 +681,16 @@ class PgVectorStore(VectorStore):
 
         if not hits:
             return []
-        # Hits from this store's own lists carry the spec they were read with, and ids that
-        # need no check.
-        spec = next((h.record.spec for h in hits if isinstance(h.record, _RefRecord)), None)
+        # Hits from this store's own lists of this collection carry the spec they were read
+        # with, and ids that need no check.
+        spec = next(
+            (
+                h.record.spec
+                for h in hits
+                if isinstance(h.record, _RefRecord) and h.record.spec.name == collection
+            ),
+            None,
+        )
         if spec is None:
             records = self.get(collection, [h.id for h in hits])
         else:
@@ -722,14 +731,12 @@ class PgVectorStore(VectorStore):
         *,
         refs: bool,
     ) -> list[Hit]:
-        from psycopg import sql
-
         name = check_collection_name(collection)
         with self._text_lock:
             conn = self._text_connection()
             with conn.cursor() as cur:
                 cur.execute(
-                    sql.SQL(_SPEC_AND_TERMS_SQL).format(self._t(META_TABLE)),
+                    self._spec_and_terms_sql,
                     {"name": name, "text": text if isinstance(text, str) else ""},
                 )
                 row = cur.fetchone()
