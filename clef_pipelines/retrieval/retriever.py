@@ -164,8 +164,9 @@ class Retriever:
     # ---- public ----------------------------------------------------------------------
 
     def warm(self) -> Retriever:
-        """Load the embedder, start the Clef backend and import the query path's modules
-        now, not on the first query; then collect the start's garbage once.
+        """Load the embedder (and let it lay itself out for many queries), start the Clef
+        backend and import the query path's modules now, not on the first query; then
+        collect the start's garbage once.
 
         Why the collection: a warm process holds about 125k objects from its imports and
         loads, and Python's cyclic collector goes through all of them in its next full
@@ -179,6 +180,11 @@ class Retriever:
 
         for module in _QUERY_PATH_MODULES:
             importlib.import_module(module)
+        # An embedder may lay itself out for many queries (the numpy MiniLM's row-major
+        # weights), which a cold one-query process would not pay for.
+        prepare = getattr(self.embedder, "warm", None)
+        if callable(prepare):
+            prepare()
         self.embedder.embed(["warm up"])
         if self.clef.enabled:
             self._loop.run(self.clef.start())

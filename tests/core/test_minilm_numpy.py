@@ -26,3 +26,25 @@ def test_same_vectors_as_sentence_transformers() -> None:
     assert a.shape == b.shape == (len(texts), 384)
     assert np.abs(a - b).max() < 1e-5
     assert fast.name == MiniLMEmbedder.name  # either may query what the other built
+
+
+def test_warm_layout_gives_the_same_vectors_bit_for_bit() -> None:
+    """`warm()` copies the layer weights into row-major arrays for a long-lived process; a
+    query must get exactly the vector the cold (memory-mapped, transposed) layout gives, so a
+    warm and a cold process recall the same passages."""
+    from clef_pipelines.embedding.minilm_numpy import NumpyMiniLMEmbedder
+
+    texts = [
+        "How do I limit upload bandwidth?",
+        "0-dimensional biomaterials lack inductive properties.",
+        "Ünïcödé — punctuation, numbers 1,234.5 and CamelCase words " * 3,
+    ]
+    cold, warm = NumpyMiniLMEmbedder(), NumpyMiniLMEmbedder()
+    warm.warm()
+    assert (
+        warm._w is not None
+        and warm._w["encoder.layer.0.intermediate.dense.weight"].flags["C_CONTIGUOUS"]
+    )
+    for text in texts:  # one text a call: the query path
+        assert np.array_equal(cold.embed([text]), warm.embed([text]))
+    assert np.array_equal(cold.embed(texts * 3), warm.embed(texts * 3))  # a batch over 8
