@@ -180,6 +180,13 @@ def _render(value: Any) -> str:
 def question_tokens(counter: TokenCounter, qid: str, question: Any, index: int = 1) -> int:
     """Tokens one question adds to the prompt (instructions, options and their headers)."""
     q = question.model_dump(mode="json") if hasattr(question, "model_dump") else question
+    instructions = q["instructions"]
+    if isinstance(instructions, str) and q.get("criteria") is None:
+        return _plain_question_tokens(counter, qid, q["type"], instructions, index)
+    return _question_tokens(counter, qid, q, index)
+
+
+def _question_tokens(counter: TokenCounter, qid: str, q: dict[str, Any], index: int) -> int:
     n = counter.count(_FIELD_TEXT.format(n=index, qid=qid, type=q["type"]))
     n += counter.count(_render(q["instructions"]))
     criteria = q.get("criteria")
@@ -196,6 +203,20 @@ def question_tokens(counter: TokenCounter, qid: str, question: Any, index: int =
         else:
             n += _option_tokens.__wrapped__(counter, k, oid, desc)
     return n
+
+
+@lru_cache(maxsize=8192)
+def _plain_question_tokens(
+    counter: TokenCounter, qid: str, qtype: str, instructions: str, index: int
+) -> int:
+    """A question with string instructions and the default options: a function of these
+    five values alone, so it is memoised. Why: a packed classify query counts about 180
+    questions (planning, then the client's split) on the event loop before its requests go
+    out, and their ids, wording and places repeat from query to query (`s7.is_relevant` at
+    place 19), so rendering each header and instruction again was work done before."""
+    return _question_tokens(
+        counter, qid, {"type": qtype, "instructions": instructions, "criteria": None}, index
+    )
 
 
 @lru_cache(maxsize=4096)

@@ -95,6 +95,44 @@ def test_memoised_estimate_counts_as_the_plain_loop() -> None:
         assert est.count(t) == plain  # from the caches
 
 
+def test_memoised_question_count_equals_the_rendering() -> None:
+    """A question with string instructions and default options is counted from a memo;
+    every kind of question must count what rendering it counts, first time and again,
+    and the memo must tell apart what the header holds (id, type, place)."""
+    from clef_pipelines.clef.tokens import _question_tokens, question_tokens
+    from clef_pipelines.clef.wire import parse_questions
+
+    est = EstimateCounter()
+    questions = {
+        "s7.is_relevant": {"type": "noul", "instructions": "About `s7`: `is_relevant`"},
+        "s12.contains_answer_evidence": {
+            "type": "noul",
+            "instructions": "About `s12`: Does the passage state information usable?",
+        },
+        "custom": {"type": "noul", "instructions": "x", "criteria": {"true": "yes, plainly"}},
+        "team": {
+            "type": "choice",
+            "instructions": "Which team?",
+            "criteria": {"a": "A", "b": None},
+        },
+        "level": {"type": "score", "instructions": "How much?", "criteria": ["low", "high"]},
+        "inline": {"type": "noul", "instructions": {"passage": "text", "question": "Q?"}},
+    }
+    parsed = parse_questions(questions)
+    for index in (1, 19, 64):
+        for qid, q in parsed.items():
+            dumped = q.model_dump(mode="json", exclude_none=True)
+            rendered = _question_tokens(est, qid, q.model_dump(mode="json"), index)
+            assert question_tokens(est, qid, dumped, index) == rendered
+            assert question_tokens(est, qid, dumped, index) == rendered  # from the memo
+            assert question_tokens(est, qid, q, index) == rendered  # a model, as the client
+    plain = {"type": "noul", "instructions": "About `s7`: `is_relevant`"}
+    assert question_tokens(est, "s7.is_relevant", plain, 1) < question_tokens(
+        est, "s7.is_relevant", plain, 1000
+    )
+    assert question_tokens(est, "s7.r", plain) < question_tokens(est, "s7.r" + ".x" * 20, plain)
+
+
 def test_counter_choice(qwen: QwenCounter) -> None:
     assert isinstance(counter_for(None), EstimateCounter)
     exact = counter_for(None, "qwen")
