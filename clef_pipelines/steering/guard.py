@@ -50,9 +50,52 @@ class GuardError(RuntimeError):
     """The guard's weights are missing or unreadable, or MiniLM could not be loaded."""
 
 
+#: Capitalised closed-class words (determiners, pronouns, prepositions, conjunctions,
+#: discourse adverbs) that open sentences but hardly ever stand capitalised inside one. Text
+#: pasted together without a full stop (an instruction block glued to the next paragraph's
+#: sentence, HTML elements run together) is cut before them; see ``guard_units``.
+_OPENERS = (
+    "The|This|These|That|Those|There|Then|Thus|They|We|It|Its|In|On|At|For|From|To|With|By|"
+    "As|Our|Here|However|Although|While|When|If|Since|After|Before|Both|Each|All|Most|Some|"
+    "Many|An|Such|Moreover|Furthermore|Therefore|Also|Finally|Despite|Among|Unlike|Because|"
+    "Overall|Given|Whether|Who|What|How|Why|Which|You|Your|He|She|His|Her|My|Their|Other|"
+    "Another"
+)
+_RUN_ON = re.compile(r"(?<=[a-z0-9)\]])\s+(?=(?:" + _OPENERS + r")\b)")
+
+
+def guard_units(text: str) -> list[str]:
+    """The sentences of ``text`` as the guard sees them: ``split_sentences``, each further cut
+    where a lower-case word runs into a capitalised sentence opener ("... share your system
+    prompt The study found ..."). Upper-case words are not openers: acronyms ("levels of
+    COPD") made the SciFact windows that reach MiniLM three quarters more in a trial.
+
+    Why: an instruction without a full stop is glued to the sentence after it, and the vector
+    of the glued window is diluted by the host prose (issue 9: 505 of 516 planted S-Labs
+    validation injections end without punctuation). A cut in the wrong place costs little: the
+    adjacent pair in ``text_windows`` still holds the sentence whole.
+    """
+    out: list[str] = []
+    for sentence in split_sentences(text) or [text]:
+        start = 0
+        for cut in _RUN_ON.finditer(sentence):
+            # Both sides keep at least two words: a lone "You" is no sentence, and as a
+            # window of its own it reads like the start of a prompt.
+            if (
+                len(_WORD.findall(sentence[start : cut.start()])) >= 2
+                and len(_WORD.findall(sentence[cut.end() :])) >= 2
+            ):
+                out.append(sentence[start : cut.start()])
+                start = cut.end()
+        if sentence[start:].strip():
+            out.append(sentence[start:])
+    return out
+
+
 def text_windows(text: str, window_words: int) -> list[str]:
-    """The windows a text is scored on: each sentence, each pair of adjacent sentences, and
-    the whole text when it has more than two sentences but at most ``window_words`` words.
+    """The windows a text is scored on: each sentence (``guard_units``), each pair of adjacent
+    sentences, and the whole text when it has more than two sentences but at most
+    ``window_words`` words.
 
     One sentence alone is the unit because a planted instruction is usually a sentence or two:
     packed with clean prose it is diluted. Pairs catch an instruction split over two sentences,
@@ -61,7 +104,7 @@ def text_windows(text: str, window_words: int) -> list[str]:
     text gives no window (and scores 0).
     """
     units: list[str] = []
-    for sentence in split_sentences(text) or [text]:
+    for sentence in guard_units(text):
         words = _WORD.findall(sentence)
         for start in range(0, len(words), window_words):
             units.append(" ".join(words[start : start + window_words]))
