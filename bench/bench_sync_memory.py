@@ -12,6 +12,10 @@ memory every few slices. It isolates the store's part of a sync from the pipelin
     # upkeep every 20 writes whatever the table's size (the behaviour before upkeep_fraction):
     nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 150000 --batch 512 \\
         --spec ... --upkeep-fraction 0
+    # LanceDB's own compaction target (every fragment below 1M rows rewritten, as before
+    # compaction_target_rows):
+    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 100000 --batch 512 \\
+        --spec ... --compaction-target-rows 1048576
     # no upkeep during the load, then one over the whole table (what one upkeep costs at N):
     nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 150000 --batch 512 \\
         --spec ... --optimize-every 0 --final-upkeep
@@ -67,6 +71,13 @@ def main() -> None:
         help="LanceDBStore upkeep_fraction (0: upkeep every --optimize-every writes).",
     )
     ap.add_argument(
+        "--compaction-target-rows",
+        type=int,
+        default=16_384,
+        help="LanceDBStore compaction_target_rows (1048576: LanceDB's own optimize target, "
+        "the behaviour before it).",
+    )
+    ap.add_argument(
         "--final-upkeep",
         action="store_true",
         help="After the load, one maintain() with the memory it adds (with --optimize-every 0: "
@@ -85,8 +96,12 @@ def main() -> None:
     words = np.array(["".join(rng.choice(list("abcdefghij"), 6)) for _ in range(5_000)])
     with tempfile.TemporaryDirectory(prefix="bench-sync-") as tmp:
         store = LanceDBStore(
-            Path(tmp), optimize_every=a.optimize_every, upkeep_fraction=a.upkeep_fraction
+            Path(tmp),
+            optimize_every=a.optimize_every,
+            upkeep_fraction=a.upkeep_fraction,
+            compaction_target_rows=a.compaction_target_rows,
         )
+        upkeeps = _count_upkeeps(store)
         spec = CollectionSpec(
             name="m",
             dimension=384,
@@ -118,11 +133,27 @@ def main() -> None:
                 frags = store._table("m").stats()["fragment_stats"]["num_fragments"]
                 print(
                     f"{done:>8} rows  {time.perf_counter() - t0:7.1f} s  rss {rss_gb():.2f} GB"
-                    f"  peak {peak:.2f} GB  fragments {frags}  load {os.getloadavg()[0]:.1f}",
+                    f"  peak {peak:.2f} GB  fragments {frags}  upkeeps {upkeeps[0]} "
+                    f"({upkeeps[1]:.1f} s)  load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
         if a.final_upkeep:
             _one_upkeep(store)
+
+
+def _count_upkeeps(store: LanceDBStore) -> list[float]:
+    """[upkeeps so far, seconds spent in them], kept current by wrapping the store's upkeep."""
+    counts = [0.0, 0.0]
+    real = store._optimize
+
+    def counted(name: str) -> None:
+        t0 = time.perf_counter()
+        real(name)
+        counts[0] += 1
+        counts[1] += time.perf_counter() - t0
+
+    store._optimize = counted  # type: ignore[method-assign]
+    return counts
 
 
 def _one_upkeep(store: LanceDBStore) -> None:

@@ -45,8 +45,15 @@ class LanceDBConfig(StrictModel):
         0.5,
         ge=0,
         description="Upkeep during writes waits until the rows written or deleted since the last "
-        "one are this share of the table (each upkeep rewrites the table's small fragments, so "
-        "a load's upkeep stays proportional to its rows; 0: every `optimize_every` writes).",
+        "one are this share of the table (each upkeep updates every index, so a load's upkeeps "
+        "stay O(log rows); 0: every `optimize_every` writes).",
+    )
+    compaction_target_rows: int = Field(
+        16_384,
+        ge=1,
+        description="Upkeep compacts fragments smaller than this into fragments of this many "
+        "rows and leaves larger ones alone, so one upkeep's memory is set by this, not by the "
+        "table (LanceDB's own target, 1M rows, rewrites a smaller table whole every time).",
     )
 
 

@@ -48,6 +48,7 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             ef=c.ef,
             cleanup_older_than_s=c.cleanup_older_than_s,
             upkeep_fraction=c.upkeep_fraction,
+            compaction_target_rows=c.compaction_target_rows,
         )
     if kind == "qdrant":
         try:

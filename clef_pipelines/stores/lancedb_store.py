@@ -11,20 +11,22 @@
   searched exactly by LanceDB alongside the index, so queries stay correct while it is
   stale. Searches are prefiltered; with an ANN index they refine with exact distances, and
   fall back to exact search when the index returns fewer than k rows that a filter admits.
-- Upkeep (``optimize(cleanup_older_than=...)``: the table compacted, its indexes updated and
-  versions older than ``cleanup_older_than_s`` removed, so the disk does not grow without
-  bound) runs in `maintain` and during writes once at least ``optimize_every`` writes and
-  rows written or deleted of at least ``upkeep_fraction`` of the table (as it was at the
-  last upkeep, or as this process first found it) have accumulated. Why the second condition: LanceDB's compaction rewrites
-  every fragment below its 1M-row target, so until then one upkeep rewrites the whole
-  table and needs memory and time that grow with it. Every 20 writes of 512 rows, a
-  380,000-row load rewrote the table 37 times and its peak grew about 5 KB a row
-  (docs/BENCHMARKS.md, "Scale"); with upkeep at a fixed fraction of the table, a load of N
-  rows rewrites O(N) rows in all, in O(log N) upkeeps.
+- Upkeep (the table's small fragments compacted, new rows folded into its indexes, versions
+  older than ``cleanup_older_than_s`` removed so the disk does not grow without bound) runs in
+  `maintain` and during writes once at least ``optimize_every`` writes and rows written or
+  deleted of at least ``upkeep_fraction`` of the table (as it was at the last upkeep, or as
+  this process first found it) have accumulated. Compaction goes through Lance itself
+  (``compact_files``) with a target of ``compaction_target_rows`` rows per fragment: LanceDB's
+  own ``optimize`` compacts every fragment below a 1M-row target, so below 1M rows each upkeep
+  rewrote the whole table, with memory and time that grew with it (the 50,000-document first
+  run peaked in it, docs/BENCHMARKS.md "Scale"); with the smaller target, fragments that reach
+  it are left alone and one upkeep rewrites the rows written since plus at most one partly
+  filled fragment. The fraction still spaces upkeeps out: an index update still reads every
+  index (its cost grows with the table), so a load of N rows takes O(log N) upkeeps.
 - Full-text search (collections with ``text_fields``): a ``_text`` column holds the text
   fields joined, written with every upsert, under LanceDB's native inverted (FTS) index with
   the collection's language (stemming, stop words, ASCII folding). The index is created on
-  the first write; rows written after it are searched directly (flat) until `optimize` or
+  the first write; rows written after it are searched directly (flat) until an upkeep or
   `ensure_text_index` folds them in, and updates/deletes are deletion vectors, so an edited
   or removed record's old text is never matched and nothing is ever rebuilt.
 - Spec and manifest live in ``<path>/_clef_meta/<collection>.json``.
@@ -161,6 +163,7 @@ class LanceDBStore(VectorStore):
         ef: int = 100,
         cleanup_older_than_s: float = 60.0,
         upkeep_fraction: float = 0.5,
+        compaction_target_rows: int = 16_384,
     ) -> None:
         import lancedb
 
@@ -175,6 +178,7 @@ class LanceDBStore(VectorStore):
         self.ef = ef
         self.cleanup_older_than_s = cleanup_older_than_s
         self.upkeep_fraction = upkeep_fraction
+        self.compaction_target_rows = compaction_target_rows
         # Strong consistency: other processes (Dagster steps) may write the same tables.
         self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
         self._tables: dict[str, Any] = {}
@@ -471,10 +475,21 @@ class LanceDBStore(VectorStore):
         return self.index_type
 
     def _optimize(self, name: str) -> None:
-        # Compacts fragments, folds new rows into the indexes, and deletes versions older than
-        # the window (0 would break a concurrent reader of an older version).
+        """Upkeep: LanceDB's ``optimize`` (compaction, index update, version clean-up) with a
+        compaction that leaves fragments of ``compaction_target_rows`` alone (see the module
+        docstring); Lance's own API, since LanceDB's ``compact_files`` wrapper is deprecated."""
         t = self._table(name)
-        t.optimize(cleanup_older_than=timedelta(seconds=self.cleanup_older_than_s))
+        ds = t.to_lance()  # imports `lance`: only here, never on the query path
+        # Fragments below the target, and any with a tenth of their rows deleted, are
+        # rewritten into fragments of up to the target; the indexes are remapped to them.
+        ds.optimize.compact_files(target_rows_per_fragment=self.compaction_target_rows)
+        # Rows written since are added to the indexes as deltas merged into the latest one,
+        # without retraining (what LanceDB's optimize does).
+        ds.optimize.optimize_indices()
+        # Versions older than the window go (0 would break a concurrent reader of an older
+        # version).
+        ds.cleanup_old_versions(older_than=timedelta(seconds=self.cleanup_older_than_s))
+        t.checkout_latest()
         self._since_upkeep[name] = (0, 0)
         self._rows_at_upkeep[name] = int(t.count_rows())
 

@@ -139,10 +139,10 @@ def test_lancedb_indexes_and_version_cleanup(tmp_path: pathlib.Path) -> None:
 
 
 def test_lancedb_upkeep_during_writes_follows_the_table_size(tmp_path: pathlib.Path) -> None:
-    """Each upkeep rewrites the table's small fragments (all of a table below LanceDB's 1M-row
-    compaction target), so during a load it waits for a share of the table to be written: a
-    load of N rows in small writes takes O(log N) upkeeps, not N / optimize_every, and every
-    record stays readable and findable by an exact search in between."""
+    """Each upkeep updates every index of the table, so during a load it waits for a share of
+    the table to be written: a load of N rows in small writes takes O(log N) upkeeps, not
+    N / optimize_every, and every record stays readable and findable by an exact search in
+    between."""
     from clef_pipelines.stores.lancedb_store import LanceDBStore
 
     upkeeps: dict[float, int] = {}
@@ -177,6 +177,67 @@ def test_lancedb_upkeep_during_writes_follows_the_table_size(tmp_path: pathlib.P
 
 def _rec(i: int) -> dict[str, Any]:
     return {"id": uid(i), "vector": vec(i), "doc_id": f"d{i // 10}", "n": i}
+
+
+def test_lancedb_upkeep_leaves_large_fragments_alone(tmp_path: pathlib.Path) -> None:
+    """Upkeep compacts only fragments below `compaction_target_rows`. LanceDB's own optimize
+    (a 1M-row target) merged every indexed fragment below it into one at each upkeep, so
+    each rewrote the whole table with memory that grew with it. Here a fragment at the target
+    keeps its id and rows through upkeeps, the small ones written since are merged, every
+    index covers the new rows afterwards, and a fragment with deleted rows is still
+    rewritten."""
+    from dataclasses import replace
+
+    from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+    store = LanceDBStore(tmp_path / "l", optimize_every=0, compaction_target_rows=50)
+    store.ensure_collection(replace(spec(), text_fields=("text",)))
+
+    def row(i: int, text: str = "common words") -> dict[str, Any]:
+        return {**_rec(i), "text": text}
+
+    def fragments() -> list[tuple[int, int, bool]]:
+        ds = store._table("docs").to_lance()
+        return [
+            (f.fragment_id, f.count_rows(), f.metadata.deletion_file is not None)
+            for f in ds.get_fragments()
+        ]
+
+    store.upsert("docs", [row(i) for i in range(120)])  # one fragment above the target
+    store.maintain("docs")
+    (big,) = fragments()
+    assert big[1] == 120
+    table = store._table("docs")
+    for round_ in range(2):
+        for w in range(8):  # eight small fragments, written after the indexes exist
+            store.upsert("docs", [row(200 + round_ * 100 + w * 5 + i) for i in range(5)])
+        if round_ == 0:
+            store.upsert("docs", [row(190, "zanzibar")])
+        new_rows = 41 if round_ == 0 else 40
+        assert all(
+            table.index_stats(ix.name).num_unindexed_rows == new_rows for ix in table.list_indices()
+        )
+        store.maintain("docs")
+        after = fragments()
+        # Not rewritten: the same fragment with the same rows (LanceDB's optimize merged it
+        # with the first round's fragment, indexed alike, in the second round).
+        assert after[0] == big
+        assert after[-1][1] == new_rows  # the round's small fragments merged into one
+        assert len(after) == 2 + round_
+        assert all(
+            table.index_stats(ix.name).num_unindexed_rows == 0 for ix in table.list_indices()
+        )
+    assert [h.id for h in store.text_query("docs", "zanzibar", top_k=5)] == [uid(190)]
+    hits = store.query("docs", vec(0), where={"doc_id": "d19"}, top_k=5)
+    assert [h.id for h in hits] == [uid(190)]
+
+    # A tenth or more of the big fragment deleted: the deletions are materialised.
+    store.delete("docs", where={"doc_id": {"in": ["d0", "d1"]}})
+    assert fragments()[0][2]
+    store.maintain("docs")
+    assert not any(deleted for _, _, deleted in fragments())
+    assert store.count("docs") == 201 - 20
+    assert [r["id"] for r in store.get("docs", [uid(0), uid(20)])] == [uid(20)]
 
 
 def test_lancedb_one_trip_search_equals_the_builder_path(
