@@ -20,9 +20,12 @@
   own ``optimize`` compacts every fragment below a 1M-row target, so below 1M rows each upkeep
   rewrote the whole table, with memory and time that grew with it (the 50,000-document first
   run peaked in it, docs/BENCHMARKS.md "Scale"); with the smaller target, fragments that reach
-  it are left alone and one upkeep rewrites the rows written since plus at most one partly
-  filled fragment. The fraction still spaces upkeeps out: an index update still reads every
-  index (its cost grows with the table), so a load of N rows takes O(log N) upkeeps.
+  it are left alone and one upkeep rewrites the rows written since and small fragments next
+  to each other, so its memory is set by the target, not the table. The fraction still
+  spaces upkeeps out: an index update still reads every index (its cost grows with the
+  table), so a load of N rows takes O(log N) upkeeps. Lance's runtime is a second one next
+  to LanceDB's and keeps about 0.15 GB in malloc arenas of its own unless the process limits
+  them (``MALLOC_ARENA_MAX=2``; docs/BENCHMARKS.md).
 - Full-text search (collections with ``text_fields``): a ``_text`` column holds the text
   fields joined, written with every upsert, under LanceDB's native inverted (FTS) index with
   the collection's language (stemming, stop words, ASCII folding). The index is created on
@@ -487,8 +490,11 @@ class LanceDBStore(VectorStore):
         # without retraining (what LanceDB's optimize does).
         ds.optimize.optimize_indices()
         # Versions older than the window go (0 would break a concurrent reader of an older
-        # version).
-        ds.cleanup_old_versions(older_than=timedelta(seconds=self.cleanup_older_than_s))
+        # version). Lance reads a zero timedelta as "not given", so 0 is said as "keep one".
+        if self.cleanup_older_than_s > 0:
+            ds.cleanup_old_versions(older_than=timedelta(seconds=self.cleanup_older_than_s))
+        else:
+            ds.cleanup_old_versions(retain_versions=1)
         t.checkout_latest()
         self._since_upkeep[name] = (0, 0)
         self._rows_at_upkeep[name] = int(t.count_rows())
