@@ -86,12 +86,13 @@ PEER_DRIVER = textwrap.dedent(
     if job.get("reset_url"):  # the warm-up's requests are not counted
         import urllib.request
         urllib.request.urlopen(urllib.request.Request(job["reset_url"], method="POST")).read()
-    times, requests, degraded = [], [], None
+    times, cpus, requests, degraded = [], [], [], None
     for _ in range(job["rounds"]):
         for q in job["queries"]:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             res = pipe.retrieve(q, "scifact")
             times.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
             requests.append(res.trace.get("clef", {}).get("requests"))
             degraded = bool(degraded) or res.degraded
     print(
