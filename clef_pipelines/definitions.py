@@ -1,8 +1,17 @@
 """The Dagster code location `clef_pipelines`: `dg dev`, `clef-pipelines ui` or workspace.yaml."""
+# ruff: noqa: E402  (the malloc arena limit must run before the imports below; see there)
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+# First, before Dagster and the stores' native libraries start threads (each new thread can
+# get a malloc arena of its own): every process that runs these assets loads this module (a
+# run worker, `dg dev`, the CLI's in-process runs), and two arenas bound what the stores'
+# runtimes keep (`limit_malloc_arenas`; `MALLOC_ARENA_MAX` in the environment overrides).
+from clef_pipelines.ingest.process_memory import limit_malloc_arenas
+
+limit_malloc_arenas()
 
 import dagster as dg
 
