@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+from typing import Any
 
 #: glibc's `mallopt` parameter number for the most malloc arenas a process may create.
 _M_ARENA_MAX = -8
@@ -31,14 +32,18 @@ def peak_rss_gb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 3)
 
 
-def trim_heap() -> None:
-    """Hand the heap's freed memory back to the OS: glibc keeps it in its arenas until
-    malloc_trim. Elsewhere (musl, macOS) there is nothing to call and nothing is done."""
+def _libc() -> Any:
     import ctypes
     import ctypes.util
 
+    return ctypes.CDLL(ctypes.util.find_library("c"))
+
+
+def trim_heap() -> None:
+    """Hand the heap's freed memory back to the OS: glibc keeps it in its arenas until
+    malloc_trim. Elsewhere (musl, macOS) there is nothing to call and nothing is done."""
     with contextlib.suppress(OSError, AttributeError, TypeError):
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
+        _libc().malloc_trim(0)
 
 
 def limit_malloc_arenas(arenas: int = INGEST_MALLOC_ARENAS) -> bool:
@@ -49,15 +54,12 @@ def limit_malloc_arenas(arenas: int = INGEST_MALLOC_ARENAS) -> bool:
     Why: glibc gives threads up to eight arenas a core, and each keeps the memory its
     threads freed. An ingest runs LanceDB's runtime and, in the store's upkeep, Lance's own,
     and what their arenas kept set the peak: 50,000 documents peaked at 1.62 GB without a
-    limit and 1.30 GB with two arenas; 5,000 at 0.90 and 0.76 GB (docs/BENCHMARKS.md,
+    limit and 1.33 GB with two arenas; 5,000 at 0.90 and 0.76 GB (docs/BENCHMARKS.md,
     "Two malloc arenas"). Set before the work starts: arenas already made are not given
     back. Elsewhere (musl, macOS) there is no such call and nothing is done."""
     if os.environ.get("MALLOC_ARENA_MAX"):
         return False
-    import ctypes
-    import ctypes.util
-
     try:
-        return bool(ctypes.CDLL(ctypes.util.find_library("c")).mallopt(_M_ARENA_MAX, arenas))
+        return bool(_libc().mallopt(_M_ARENA_MAX, arenas))
     except (OSError, AttributeError, TypeError):
         return False

@@ -379,9 +379,10 @@ class LanceDBStore(VectorStore):
         self._since_upkeep[name] = (writes, touched)
         if not self.optimize_every or writes < self.optimize_every:
             return
-        # Rows written or deleted since the last upkeep against the table as it was then: the
-        # upkeep rewrites the table (see the module docstring), so it waits until the rows
-        # touched are a share of it; a small table is kept up every `optimize_every` writes.
+        # Rows written or deleted since the last upkeep against the table as it was then: an
+        # upkeep updates every index of the table (see the module docstring), so it waits
+        # until the rows touched are a share of it; a small table is kept up every
+        # `optimize_every` writes.
         if touched >= self.upkeep_fraction * self._rows_at_upkeep.get(name, 0):
             self._optimize(name)
 
