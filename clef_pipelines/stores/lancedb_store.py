@@ -114,6 +114,12 @@ def _async_table(t: Any) -> Any:
     return handle if isinstance(handle, AsyncTable) else None
 
 
+def _overfetch(top_k: int) -> int:
+    """How many more than top_k an unindexed search asks for, so that the quarantined
+    records among them can be dropped without a second search (`_unindexed_search`)."""
+    return max(8, top_k // 4)
+
+
 #: Records per batch of a scan.
 _SCAN_BATCH = 20_000
 
@@ -702,11 +708,15 @@ class LanceDBStore(VectorStore):
 
         The quarantine exclusion is checked on the result instead of prefiltered (the
         prefilter on `quarantined` cost about 1 to 4 ms more): the search runs with the caller's
-        filter only, and if any of its top_k is quarantined it runs again with the
-        exclusion. That is exact: when none of the top_k of the records the caller's filter
-        admits is quarantined, they are also the top_k of those records minus the
-        quarantined ones. (An ANN search with a filter is not the same search as one without,
-        so indexed tables keep the prefilter.)"""
+        filter only, for `_overfetch` more than top_k, and the quarantined records are dropped
+        from its result. That is exact: when at least top_k of the records it returns are not
+        quarantined (or it returned every record the filter admits), the first top_k of them
+        are the top_k of the admitted records minus the quarantined ones. Only when more than
+        the extra ones are quarantined does it run again with the exclusion. Why the extra:
+        a collection holds a few quarantined records near many queries (SciFact with the
+        planted injections: 91 of 300 claims had one in the vector list 100 deep), and a
+        second search cost as much as the first. (An ANN search with a filter is not the
+        same search as one without, so indexed tables keep the prefilter.)"""
         handle = _async_table(t)
         if handle is None:
             return None
@@ -719,22 +729,29 @@ class LanceDBStore(VectorStore):
         else:
             cols = [*self._select(spec, None), "_distance"]  # every field, quarantined too
 
-        async def search(clause: str | None) -> pa.Table:
+        async def search(clause: str | None, limit: int) -> pa.Table:
             s = handle.vector_search(q).column("vector").distance_type(spec.metric)
             s = s.bypass_vector_index()
             if clause is not None:
                 s = s.where(clause)  # a prefilter, as in `_search`
             if refs:
                 s = s.with_row_id()
-            return await s.select(cols).limit(top_k).to_arrow()
+            return await s.select(cols).limit(limit).to_arrow()
 
         async def run() -> pa.Table | None:
             if any("vector" in ix.columns for ix in await handle.list_indices()):
                 return None
-            tbl = await search(first)
-            if checked and True in tbl[QUARANTINE_FIELD].to_pylist():
-                tbl = await search(full)
-            return tbl
+            if not checked:
+                return await search(first, top_k)
+            limit = top_k + _overfetch(top_k)
+            tbl = await search(first, limit)
+            flags = tbl[QUARANTINE_FIELD].to_pylist()
+            if True not in flags[:top_k]:
+                return tbl.slice(0, top_k)
+            kept = [i for i, f in enumerate(flags) if f is not True]
+            if len(kept) >= top_k or tbl.num_rows < limit:  # enough, or every admitted one
+                return tbl.take(pa.array(kept[:top_k], pa.int64()))
+            return await search(full, top_k)
 
         from lancedb.background_loop import LOOP
 
