@@ -137,3 +137,40 @@ def test_counter_choice(qwen: QwenCounter) -> None:
     assert isinstance(counter_for(None), EstimateCounter)
     exact = counter_for(None, "qwen")
     assert exact.exact and exact.count("Hello world") == 2
+
+
+def test_state_object_counts_as_its_whole_rendering() -> None:
+    """A state object of texts is counted from its values' own splits plus the seams between
+    them (`tokens._object_estimate`): the same number as the whole rendering's, with values
+    that start or end in punctuation, digits, spaces, quotes, backslashes, newlines or other
+    scripts, and short values that are scanned with the seams."""
+    import random
+
+    from clef_pipelines.clef.tokens import _PIECES, _object_estimate, _piece_tokens, state_tokens
+    from clef_pipelines.clef.wire import render_state
+
+    def plain(state: object) -> int:
+        return sum(_piece_tokens(p) for p in _PIECES.findall(render_state(state)))
+
+    rng = random.Random(7)
+    bits = [
+        "word", "Words", " ", "  ", "\n", "\r\n", "\t", ".", ",", '"', "\\", "'", "(", ")",
+        "-", "_", "__", "1", "42", "3.5", "é", "检索", "Москва", "don't", "`s3`", "{", "}",
+        ":", "?!", "...", "x_1", "\u00a0", "🙂",
+    ]  # fmt: skip
+    prose = _prose()
+    est = EstimateCounter()
+    for case in range(300):
+        state: dict[str, str] = {"query": "".join(rng.choices(bits, k=rng.randint(0, 12)))}
+        for i in range(rng.randint(1, 16)):
+            body = rng.choice(prose)[: rng.randint(0, 900)]
+            head = "".join(rng.choices(bits, k=rng.randint(0, 3)))
+            tail = "".join(rng.choices(bits, k=rng.randint(0, 3)))
+            state[f"s{i + 1}"] = head + body + tail
+        if case % 5 == 0:
+            state["is_relevant"] = "Does the passage address the subject of `query`?"
+        want = plain(state)
+        assert _object_estimate(state) == want, case
+        assert _object_estimate(state) == want, case  # from the cached splits
+        assert state_tokens(est, state) == want
+    assert state_tokens(est, {"query": "q", "n": 3}) == plain({"query": "q", "n": 3})
