@@ -267,10 +267,16 @@ _BLOCK_SYNC_PIECES = 8
 
 
 def _is_text_object(state: Any) -> bool:
+    """A state of texts, or lists of texts, under string keys: a packed classify state
+    (the query and passages by key) or the gate's (the query and a list of passages)."""
     return (
         isinstance(state, dict)
         and len(state) > 1
-        and all(type(k) is str and type(v) is str for k, v in state.items())
+        and all(
+            type(k) is str
+            and (type(v) is str or (type(v) is list and all(type(t) is str for t in v)))
+            for k, v in state.items()
+        )
     )
 
 
@@ -306,21 +312,39 @@ def _block(rendered: str) -> tuple[dict[int, int], int, int] | None:
     return ends, len(rendered) - len(last), total - _cost(last)
 
 
-def _object_estimate(state: dict[str, str]) -> int:
-    """`EstimateCounter().count(render_state(state))` for an object of texts, from the cached
-    splits of its longer values (see above)."""
+def _object_estimate(state: dict[str, str | list[str]]) -> int:
+    """`EstimateCounter().count(render_state(state))` for an object of texts (or lists of
+    texts), from the cached splits of its longer texts (see above)."""
     parts = ["{"]
     blocks: list[tuple[int, str]] = []
     at = 1
-    for i, key in enumerate(sorted(state)):
-        # canonical_json's rendering: sorted keys, "," and ":" without spaces.
-        head = ("," if i else "") + json.dumps(key, ensure_ascii=False) + ":"
-        value = json.dumps(state[key], ensure_ascii=False)
-        at += len(head)
+
+    def add(text: str) -> None:
+        nonlocal at
+        value = json.dumps(text, ensure_ascii=False)
         if len(value) >= _BLOCK_MIN_CHARS:
             blocks.append((at, value))
-        parts += (head, value)
+        parts.append(value)
         at += len(value)
+
+    def mark(text: str) -> None:
+        nonlocal at
+        parts.append(text)
+        at += len(text)
+
+    for i, key in enumerate(sorted(state)):
+        # canonical_json's rendering: sorted keys, "," and ":" without spaces.
+        mark(("," if i else "") + json.dumps(key, ensure_ascii=False) + ":")
+        value = state[key]
+        if type(value) is str:
+            add(value)
+            continue
+        mark("[")
+        for j, item in enumerate(value):
+            if j:
+                mark(",")
+            add(item)
+        mark("]")
     parts.append("}")
     text = "".join(parts)
     total = pos = 0

@@ -143,7 +143,7 @@ def test_state_object_counts_as_its_whole_rendering() -> None:
     """A state object of texts is counted from its values' own splits plus the seams between
     them (`tokens._object_estimate`): the same number as the whole rendering's, with values
     that start or end in punctuation, digits, spaces, quotes, backslashes, newlines or other
-    scripts, and short values that are scanned with the seams."""
+    scripts, and short values that are scanned with the seams; also a list of texts, as the gate's state holds."""
     import random
 
     from clef_pipelines.clef.tokens import _PIECES, _object_estimate, _piece_tokens, state_tokens
@@ -169,8 +169,20 @@ def test_state_object_counts_as_its_whole_rendering() -> None:
             state[f"s{i + 1}"] = head + body + tail
         if case % 5 == 0:
             state["is_relevant"] = "Does the passage address the subject of `query`?"
+        if case % 3 == 0:  # the gate's state: the query and a list of passages
+            state = {
+                "query": state["query"],
+                "passages": [v for k, v in state.items() if k != "query"],
+            }
+        if case % 7 == 0:
+            state["passages"] = []
         want = plain(state)
         assert _object_estimate(state) == want, case
         assert _object_estimate(state) == want, case  # from the cached splits
         assert state_tokens(est, state) == want
-    assert state_tokens(est, {"query": "q", "n": 3}) == plain({"query": "q", "n": 3})
+    for other in (
+        {"query": "q", "n": 3},
+        {"query": "q", "p": ["a", 1]},
+        {"q": {"a": "b"}, "r": ""},
+    ):
+        assert state_tokens(est, other) == plain(other)
