@@ -40,8 +40,8 @@ from clef_pipelines.clef.wire import (
     SystemOneRequest,
     SystemOneResponse,
     canonical_json,
+    parse_dumped_request,
     parse_questions,
-    parse_request,
     parse_response,
 )
 from clef_pipelines.clef.wire import (
@@ -239,7 +239,7 @@ class ClefClient:
         dumped = {qid: q.model_dump(mode="json", exclude_none=True) for qid, q in parsed.items()}
         parts, state_n = self._plan(state, dumped)
         requests = [
-            parse_request(
+            parse_dumped_request(
                 {
                     "model": model,
                     "state": state,

@@ -47,6 +47,27 @@ def test_valid_request_round_trips_to_the_wire() -> None:
     assert len(wire["images"]) == 2
 
 
+def test_a_request_made_from_dumped_questions_sends_what_a_fresh_dump_sends() -> None:
+    """The client validates its questions once, dumps them, and makes each request from
+    that dump (`parse_dumped_request`): its `wire()` reuses the dump, so it must be the dump
+    a request validated from scratch gives, every kind of question and instructions; and an
+    invalid body is still refused."""
+    from clef_pipelines.clef.wire import parse_dumped_request
+
+    b = body(images=[PNG])
+    b["questions"]["inline"] = {"type": "noul", "instructions": {"passage": "x", "q": [1, None]}}
+    b["questions"]["custom"] = {"type": "noul", "instructions": "x", "criteria": {"true": "yes"}}
+    dumped = {
+        qid: qq.model_dump(mode="json", exclude_none=True)
+        for qid, qq in parse_questions(b["questions"]).items()
+    }
+    made = parse_dumped_request({**b, "questions": dumped})
+    assert made.wire() == parse_request(b).wire()
+    assert made.wire() == made.wire()
+    with pytest.raises(ClefValidationError):
+        parse_dumped_request({**b, "model": "", "questions": dumped})
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
