@@ -36,7 +36,6 @@ SCREENED_KINDS = {"paragraph", "list_item", "table", "quote"}
 
 
 def quality_table(guard, cache_dir: Path | None, plant_share: float, split: str) -> str:  # type: ignore[no-untyped-def]
-    from clef_pipelines.steering.guard import text_windows
     from clef_pipelines.steering.guard_data import load_all
     from clef_pipelines.steering.guard_train import VectorCache, evaluation_rows
 
@@ -58,9 +57,10 @@ def quality_table(guard, cache_dir: Path | None, plant_share: float, split: str)
         flagged = scores >= guard.threshold
         pos, neg = labels == 1, labels == 0
         # A text passes stage 1 when any of its windows goes on to MiniLM.
+        # Sentence-prefix windows (weights v5 on) count too, each against its own gate.
         gated = [
-            guard.stage1_logits(windows) >= guard.gate_logit
-            for windows in (text_windows(e.text, guard.window_words) for e in items)
+            guard.stage1_logits(windows) >= guard.gates(prefix)
+            for windows, prefix in (guard.windows(e.text) for e in items)
         ]
         passed = np.array([bool(np.any(g)) for g in gated])
         windows_per_text = sum(len(g) for g in gated) / len(items)

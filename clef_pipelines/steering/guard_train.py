@@ -30,6 +30,10 @@ Procedure (every choice is made on train + validation; the test split is only re
 5. Threshold: the lowest score that quarantines at most ``--max-false-quarantine`` of the
    validation paragraphs of each prose source (SciFact, Python docs, package READMEs, shipped
    help docs), end to end through the cascade.
+6. With ``--prefix-words``: sentence-prefix windows with a gate and a stage 2 of their own, a
+   logit offset on that stage 2 and the threshold again, all on validation
+   (``fit_prefix_stage``). ``--base WEIGHTS`` skips 1-5 and keeps that file's cascade as it
+   is (weights v5 = v4 + a prefix stage; see ``GUARD_WEIGHTS.md``).
 """
 
 from __future__ import annotations
@@ -46,7 +50,13 @@ from pathlib import Path
 
 import numpy as np
 
-from clef_pipelines.steering.guard import WEIGHTS_PATH, hashed_features, text_windows
+from clef_pipelines.steering.guard import (
+    WEIGHTS_PATH,
+    guard_units,
+    hashed_features,
+    prefix_windows,
+    text_windows,
+)
 from clef_pipelines.steering.guard_data import (
     INJECTION_SOURCES,
     PARAGRAPH_SOURCES,
@@ -123,14 +133,20 @@ def _hash_unit(key: str) -> float:
     return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) / 2**32
 
 
-def windows_of(examples: Sequence[Example]) -> tuple[list[str], np.ndarray]:
-    """Every window of every example (as the guard scores them) and the index of its example."""
-    texts, owner = [], []
+def windows_of(
+    examples: Sequence[Example], prefix_words: Sequence[int] = ()
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Every window of every example (as the guard scores them: ``text_windows``, then
+    ``prefix_windows`` of ``prefix_words``), the index of its example, and a mask of the
+    prefix windows (they have a gate of their own)."""
+    texts, owner, prefix = [], [], []
     for i, e in enumerate(examples):
-        for w in text_windows(e.text, WINDOW_WORDS):
-            texts.append(w)
-            owner.append(i)
-    return texts, np.array(owner, dtype=np.int64)
+        main = text_windows(e.text, WINDOW_WORDS)
+        extra = prefix_windows(e.text, prefix_words) if prefix_words else []
+        texts += main + extra
+        owner += [i] * (len(main) + len(extra))
+        prefix += [False] * len(main) + [True] * len(extra)
+    return texts, np.array(owner, dtype=np.int64), np.array(prefix, dtype=bool)
 
 
 def _sentences(examples: Sequence[Example]) -> list[str]:
@@ -169,8 +185,11 @@ def planted(examples: Sequence[Example], split: str, share: float) -> list[Examp
 
 
 def training_windows(
-    examples: Sequence[Example], stage1_c: float, plant_share: float
-) -> tuple[list[str], np.ndarray, np.ndarray, list[str], list[str]]:
+    examples: Sequence[Example],
+    stage1_c: float,
+    plant_share: float,
+    prefix_words: Sequence[int] = (),
+) -> tuple[list[str], np.ndarray, np.ndarray, list[str], list[str], np.ndarray]:
     """Windows, labels, weights, groups and sources to train on (a window's group is the text
     it comes from; a planted pair's is its injection's, so that the pair and the injection's
     own window fall in the same fold of ``out_of_fold_logits``).
@@ -181,20 +200,30 @@ def training_windows(
     1/2 each; a one-window text gives its one window). Planted pairs (an injection sentence next
     to a real sentence, in both orders) teach that clean prose around an instruction does not
     excuse it.
+
+    With ``prefix_words``, the prefix windows of benign texts are negatives too (the last
+    value returned masks them: stage 1 is not fitted on them), and each planted one-sentence
+    injection of at most ``max(prefix_words)`` words is also glued, without a full stop, to the
+    front of a prose sentence; the shortest prefix of that holding the whole injection is a
+    positive (the case prefix windows exist for; ``guard.prefix_windows``).
     """
     rows = [e for e in examples if e.split == "train"]
-    texts, labels, weights, groups, sources = [], [], [], [], []
+    texts, labels, weights, groups, sources, prefix = [], [], [], [], [], []
     benign = [e for e in rows if e.label == 0]
-    for w, owner_of in zip(*windows_of(benign), strict=True):
+    benign_windows, benign_owner, benign_prefix = windows_of(benign, prefix_words)
+    for w, owner_of, is_prefix in zip(benign_windows, benign_owner, benign_prefix, strict=True):
         texts.append(w)
         labels.append(0)
         weights.append(1.0)
         groups.append(benign[owner_of].text)
         sources.append(benign[owner_of].source)
+        prefix.append(bool(is_prefix))
     attacks = [e for e in rows if e.label == 1]
     # Pass 1: whole injection texts against the benign windows stage 1 learns from.
     stage1_benign = [
-        t for t, src in zip(texts, sources, strict=True) if src not in STAGE2_ONLY_SOURCES
+        t
+        for t, src, p in zip(texts, sources, prefix, strict=True)
+        if src not in STAGE2_ONLY_SOURCES and not p
     ]
     w1, b1 = fit_stage1(
         stage1_benign + [" ".join(e.text.split()) for e in attacks],
@@ -202,7 +231,7 @@ def training_windows(
         np.ones(len(stage1_benign) + len(attacks)),
         stage1_c,
     )
-    attack_windows, owner = windows_of(attacks)
+    attack_windows, owner, _ = windows_of(attacks)
     logits = stage1_matrix(attack_windows) @ w1 + b1
     for i in range(len(attacks)):
         mine = np.flatnonzero(owner == i)
@@ -213,6 +242,7 @@ def training_windows(
             weights.append(1.0 / len(top))
             groups.append(attacks[i].text)
             sources.append(attacks[i].source)
+            prefix.append(False)
     # Planted pairs: a single-sentence injection next to a sentence of real prose.
     prose = _sentences([e for e in rows if e.source in ("scifact", "pkgdocs", "pydocs")])
     for e in attacks:
@@ -226,7 +256,30 @@ def training_windows(
         weights.append(1.0)
         groups.append(e.text)
         sources.append(f"planted:{e.source}")
-    return texts, np.array(labels), np.array(weights, dtype=np.float64), groups, sources
+        prefix.append(False)
+        if not prefix_words:
+            continue
+        # Glued: the injection's words straight before a prose sentence, as in a document
+        # where the instruction has no full stop.
+        words = units[0].rstrip(".!?").split()
+        sizes = [k for k in prefix_words if k >= len(words)]
+        glued = guard_units(" ".join(words) + " " + host)
+        if not sizes or not glued or not glued[0].startswith(" ".join(words) + " "):
+            continue
+        texts.append(" ".join(glued[0].split()[: sizes[0]]))
+        labels.append(1)
+        weights.append(1.0)
+        groups.append(e.text)
+        sources.append(f"planted:{e.source}")
+        prefix.append(True)
+    return (
+        texts,
+        np.array(labels),
+        np.array(weights, dtype=np.float64),
+        groups,
+        sources,
+        np.array(prefix, dtype=bool),
+    )
 
 
 def stage1_matrix(windows: Sequence[str]):  # type: ignore[no-untyped-def]
@@ -380,44 +433,95 @@ def mlp_logits(layers, vectors: np.ndarray) -> np.ndarray:  # type: ignore[no-un
 class Trained:
     """A trained cascade, scored on cached vectors (same arithmetic as ``InjectionGuard``)."""
 
-    def __init__(self, w1, b1, layers, gate_logit: float, feature_scale: float = 0.0) -> None:  # type: ignore[no-untyped-def]
+    def __init__(  # type: ignore[no-untyped-def]
+        self,
+        w1,
+        b1,
+        layers,
+        gate_logit: float,
+        feature_scale: float = 0.0,
+        prefix_words: Sequence[int] = (),
+        prefix_gate_logit: float = np.inf,
+    ) -> None:
         self.w1, self.b1, self.layers = w1, b1, layers
         self.gate_logit, self.threshold = gate_logit, 0.5
+        self.prefix_words = tuple(prefix_words)
+        self.prefix_gate_logit = prefix_gate_logit
+        #: The prefix windows' own stage 2 (``fit_prefix_stage``) and the offset added to its
+        #: logit.
+        self.prefix_layers: list = []
+        self.prefix_offset = 0.0
         self.kind = "mlp" if len(layers) > 1 else "logreg"
         self.mix = 0.0
         self.feature_scale = feature_scale
 
-    def window_parts(self, windows, cache: VectorCache) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
-        """Stage-1 logits of every window and the stage-2 logits (NaN where not gated)."""
+    @classmethod
+    def from_file(cls, path: Path) -> Trained:
+        """A committed cascade (``save``'s format) with its threshold, for ``--base``."""
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        meta = json.loads(bytes(arrays["meta"]).decode())
+        w1 = np.zeros(int(meta["buckets"]), dtype=np.float32)
+        w1[arrays["stage1_index"]] = arrays["stage1_weight"].astype(np.float32)
+        layers = [
+            (arrays[f"stage2_w{i}"].astype(np.float32), arrays[f"stage2_b{i}"].astype(np.float32))
+            for i in range(int(meta["stage2_layers"]))
+        ]
+        model = cls(
+            w1,
+            float(meta["stage1_bias"]),
+            layers,
+            float(meta["gate_logit"]),
+            float(meta.get("stage1_feature_scale", 0.0)),
+        )
+        model.threshold = float(meta["threshold"])
+        model.mix = float(meta.get("stage1_mix", 0.0))
+        model.base_name = str(meta.get("name", ""))
+        return model
+
+    def gates(self, prefix: np.ndarray) -> np.ndarray:
+        return np.where(prefix, self.prefix_gate_logit, self.gate_logit)
+
+    def window_parts(self, windows, prefix, cache: VectorCache) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+        """Stage-1 logits of every window and the stage-2 logits (NaN where not gated;
+        ``prefix`` masks the prefix windows, which have a gate of their own)."""
         logits = stage1_matrix(windows) @ self.w1 + self.b1
         stage2 = np.full(len(windows), np.nan)
-        passed = np.flatnonzero(logits >= self.gate_logit)
+        passed = np.flatnonzero(logits >= self.gates(prefix))
         if passed.size:
             vectors = cache.vectors([windows[i] for i in passed])
             inputs = stage2_inputs(vectors, logits[passed], self.feature_scale)
-            stage2[passed] = mlp_logits(self.layers, inputs)
+            main = ~prefix[passed]
+            stage2[passed[main]] = mlp_logits(self.layers, inputs[main])
+            if (~main).any():
+                stage2[passed[~main]] = (
+                    mlp_logits(self.prefix_layers, inputs[~main]) + self.prefix_offset
+                )
         return logits, stage2
 
-    def combine(self, logits: np.ndarray, stage2: np.ndarray) -> np.ndarray:
-        ceiling = min(float(sigmoid(np.array(self.gate_logit))), 0.5 * self.threshold)
+    def combine(self, logits: np.ndarray, stage2: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+        lowest_gate = min(self.gate_logit, self.prefix_gate_logit)
+        ceiling = min(float(sigmoid(np.array(lowest_gate))), 0.5 * self.threshold)
         scores = np.minimum(sigmoid(logits), ceiling)
         passed = ~np.isnan(stage2)
-        scores[passed] = sigmoid(stage2[passed] + self.mix * logits[passed])
+        # The stage-1 mix is the main stage 2's; the prefix stage 2 has its offset instead.
+        mix = np.where(prefix, 0.0, self.mix)
+        scores[passed] = sigmoid(stage2[passed] + mix[passed] * logits[passed])
         return scores
 
-    def window_scores(self, windows, cache: VectorCache) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
-        logits, stage2 = self.window_parts(windows, cache)
-        return self.combine(logits, stage2), logits
+    def window_scores(self, windows, prefix, cache: VectorCache) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+        logits, stage2 = self.window_parts(windows, prefix, cache)
+        return self.combine(logits, stage2, prefix), logits
 
     def text_scores(self, examples: Sequence[Example], cache: VectorCache) -> dict[str, np.ndarray]:
-        windows, owner = windows_of(examples)
-        scores, logits = self.window_scores(windows, cache)
+        windows, owner, prefix = windows_of(examples, self.prefix_words)
+        scores, logits = self.window_scores(windows, prefix, cache)
         out_scores = np.zeros(len(examples))
         out_logits = np.full(len(examples), -np.inf)
         passed = np.zeros(len(examples), dtype=bool)
         np.maximum.at(out_scores, owner, scores)
         np.maximum.at(out_logits, owner, logits)
-        np.logical_or.at(passed, owner, logits >= self.gate_logit)
+        np.logical_or.at(passed, owner, logits >= self.gates(prefix))
         return {"score": out_scores, "stage1_logit": out_logits, "passed": passed}
 
 
@@ -433,12 +537,28 @@ def evaluation_rows(examples: Sequence[Example], split: str, plant_share: float)
 
 
 def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namespace) -> Trained:
-    windows, labels, weights, groups, sources = training_windows(
+    """The cascade (``--base``: a committed one, as it is), then its prefix stage when
+    ``--prefix-words`` are given (``fit_prefix_stage``)."""
+    if args.base:
+        model = Trained.from_file(args.base)
+        print(f"base {args.base}: gate {model.gate_logit:.2f}", file=sys.stderr)
+    else:
+        model = train_cascade(examples, cache, args)
+    if args.prefix_words:
+        fit_prefix_stage(model, examples, cache, args)
+    return model
+
+
+def train_cascade(
+    examples: Sequence[Example], cache: VectorCache, args: argparse.Namespace
+) -> Trained:
+    windows, labels, weights, groups, sources, prefix = training_windows(
         examples, args.stage1_c, args.plant_share
     )
     print(f"training on {len(windows)} windows ({int(labels.sum())} injection)", file=sys.stderr)
     source_of = np.array(sources)
-    for_stage1 = ~np.isin(source_of, STAGE2_ONLY_SOURCES)
+    stage2_only = np.isin(source_of, STAGE2_ONLY_SOURCES) & ~prefix
+    for_stage1 = ~np.isin(source_of, STAGE2_ONLY_SOURCES) & ~prefix
     w1, b1 = fit_stage1(
         [w for w, keep in zip(windows, for_stage1, strict=True) if keep],
         labels[for_stage1],
@@ -449,7 +569,7 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
     # Gate: keep gate_recall of validation injections, standalone and planted (text level: a
     # text passes when any of its windows passes).
     val_rows = evaluation_rows(examples, "val", args.plant_share)
-    val_windows, val_owner = windows_of(val_rows)
+    val_windows, val_owner, _ = windows_of(val_rows)
     val_logits = stage1_matrix(val_windows) @ w1 + b1
     text_logit = np.full(len(val_rows), -np.inf)
     np.maximum.at(text_logit, val_owner, val_logits)
@@ -461,9 +581,9 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
     train_logits = stage1_matrix(windows) @ w1 + b1
     seen = np.flatnonzero(train_logits >= gate - args.stage2_margin)
     # A fixed sample of the stage-2-only windows, so the MiniLM work they add stays modest.
-    extra = seen[~for_stage1[seen]]
+    extra = seen[stage2_only[seen]]
     extra = set(extra[_hash_order([windows[i] for i in extra])][: args.stage2_only_windows])
-    seen = np.array([i for i in seen if for_stage1[i] or i in extra], dtype=np.int64)
+    seen = np.array([i for i in seen if not stage2_only[i] or i in extra], dtype=np.int64)
     if args.stage2_cached_only:
         # Leave-one-source-out runs: stage 2 learns from the windows already embedded (no
         # held-out text is among them, and it saves a MiniLM pass per run).
@@ -510,6 +630,91 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
     return best
 
 
+def fit_prefix_stage(
+    model: Trained, examples: Sequence[Example], cache: VectorCache, args: argparse.Namespace
+) -> None:
+    """Give a trained cascade sentence-prefix windows (``guard.prefix_windows`` of
+    ``--prefix-words``) with a gate and a stage 2 of their own; stage 1, its gate and the main
+    stage 2 stay as they are, so the prefix windows can only add to what the cascade catches.
+
+    - Gate: the ``--prefix-gate-quantile`` of the stage-1 logits of the prefix windows of the
+      validation SciFact abstracts (what they may add to the MiniLM work at ingest).
+    - Stage 2: the main stage 2's recipe (same windows over the main gate, out-of-fold stage-1
+      logits, prompt negatives weighed ``--prompt-negative-weight``) plus the prefix windows
+      over the prefix gate (less the margin): benign texts' prefixes as negatives weighed
+      ``--prefix-negative-weight``, and glued planted injections as positives
+      (``training_windows``).
+    - Offset and threshold: for each ``--prefix-offsets`` value (added to the prefix stage-2
+      logit), the threshold rule of ``choose_mix_and_threshold`` over the whole cascade on
+      validation; the offset with the best validation recall is kept. A negative offset makes
+      a prefix window need more evidence than a whole sentence: clean prose cut mid-sentence
+      looks more like a short prompt than the sentence does.
+    """
+    windows, labels, weights, groups, sources, prefix = training_windows(
+        examples, args.stage1_c, args.plant_share, args.prefix_words
+    )
+    source_of = np.array(sources)
+    val_rows = evaluation_rows(examples, "val", args.plant_share)
+    val_windows, val_owner, val_prefix = windows_of(val_rows, args.prefix_words)
+    val_logits = stage1_matrix(val_windows) @ model.w1 + model.b1
+    scifact = np.array([val_rows[i].source == "scifact" for i in val_owner]) & val_prefix
+    prefix_gate = float(np.quantile(val_logits[scifact], args.prefix_gate_quantile))
+    train_logits = stage1_matrix(windows) @ model.w1 + model.b1
+    own_gate = np.where(prefix, prefix_gate, model.gate_logit)
+    seen = np.flatnonzero(train_logits >= own_gate - args.stage2_margin)
+    stage2_only = np.isin(source_of, STAGE2_ONLY_SOURCES) & ~prefix
+    extra = seen[stage2_only[seen]]
+    extra = set(extra[_hash_order([windows[i] for i in extra])][: args.stage2_only_windows])
+    seen = np.array([i for i in seen if not stage2_only[i] or i in extra], dtype=np.int64)
+    print(
+        f"prefix windows {list(args.prefix_words)}: gate {prefix_gate:.2f}; stage 2 trains on "
+        f"{len(seen)} windows ({int(prefix[seen].sum())} prefixes, "
+        f"{int((prefix & (labels == 1))[seen].sum())} of them injections)",
+        file=sys.stderr,
+    )
+    vectors = cache.vectors([windows[i] for i in seen])
+    fits = ~np.isin(source_of, STAGE2_ONLY_SOURCES) & ~prefix
+    oof = out_of_fold_logits(windows, labels, weights, groups, args.stage1_c, args.folds, fits)
+    inputs = stage2_inputs(vectors, oof[seen], model.feature_scale)
+    prompts = (labels[seen] == 0) & np.isin(source_of[seen], INJECTION_SOURCES)
+    stage2_weights = np.where(prompts, args.prompt_negative_weight, 1.0) * weights[seen]
+    clean_prefix = prefix[seen] & (labels[seen] == 0)
+    stage2_weights = np.where(clean_prefix, args.prefix_negative_weight, stage2_weights)
+    keep = stage2_weights > 0
+    model.prefix_layers = fit_stage2(
+        inputs[keep], labels[seen][keep], stage2_weights[keep], "mlp", args
+    )
+    model.prefix_words = tuple(args.prefix_words)
+    model.prefix_gate_logit = prefix_gate
+
+    # Offset and threshold on validation (window parts computed once, offsets applied after).
+    logits, stage2 = model.window_parts(val_windows, val_prefix, cache)
+    sources_val = np.array([e.source for e in val_rows])
+    prose = [sources_val == src for src in PARAGRAPH_SOURCES if (sources_val == src).any()]
+    groups_val = [
+        np.flatnonzero((sources_val == src) & np.array([e.label == 1 for e in val_rows]))
+        for src in sorted({e.source for e in val_rows if e.label == 1})
+    ]
+    best = (-1.0, 0.0, 0.5)
+    for offset in args.prefix_offsets:
+        shifted = np.where(val_prefix, stage2 + offset, stage2)
+        model.prefix_offset, model.threshold = offset, 1.0
+        scored = np.zeros(len(val_rows))
+        np.maximum.at(scored, val_owner, model.combine(logits, shifted, val_prefix))
+        threshold = max(
+            [_threshold_for(scored[m], args.max_false_quarantine) for m in prose]
+            + [args.min_threshold]
+        )
+        recall = float(np.mean([(scored[g] >= threshold).mean() for g in groups_val]))
+        print(
+            f"  prefix offset {offset}: threshold {threshold:.3f}, val recall {recall:.4f}",
+            file=sys.stderr,
+        )
+        if recall > best[0]:
+            best = (recall, offset, threshold)
+    _, model.prefix_offset, model.threshold = best
+
+
 def choose_mix_and_threshold(
     model: Trained, val_rows: Sequence[Example], cache: VectorCache, args: argparse.Namespace
 ) -> float:
@@ -519,8 +724,8 @@ def choose_mix_and_threshold(
     ``--max-false-quarantine`` of the validation paragraphs of each prose source; the recall is the mean over
     injection sources (standalone and planted), so that the biggest source does not decide.
     """
-    windows, owner = windows_of(val_rows)
-    logits, stage2 = model.window_parts(windows, cache)
+    windows, owner, prefix = windows_of(val_rows, model.prefix_words)
+    logits, stage2 = model.window_parts(windows, prefix, cache)
     sources = np.array([e.source for e in val_rows])
     prose = [sources == src for src in PARAGRAPH_SOURCES if (sources == src).any()]
     groups = [
@@ -532,7 +737,7 @@ def choose_mix_and_threshold(
     for mix in args.mixes:
         model.mix, model.threshold = mix, 1.0
         scored = np.zeros(len(val_rows))
-        np.maximum.at(scored, owner, model.combine(logits, stage2))
+        np.maximum.at(scored, owner, model.combine(logits, stage2, prefix))
         # At most the allowed rate on EVERY kind of real prose (scientific abstracts, reference
         # docs, package READMEs), not pooled: technical docs full of imperatives are the hard
         # case, and the pool would let the easy abstracts hide them.
@@ -607,7 +812,7 @@ def leave_one_source_out(examples: Sequence[Example], cache: VectorCache, args) 
 def save(model: Trained, path: Path, meta_extra: dict) -> None:
     nonzero = np.flatnonzero(model.w1)
     meta = {
-        "name": "guard-minilm-cascade-v4",
+        "name": "guard-minilm-cascade-v5" if model.prefix_words else "guard-minilm-cascade-v4",
         "window_words": WINDOW_WORDS,
         "buckets": BUCKETS,
         "stage1_bias": model.b1,
@@ -617,6 +822,16 @@ def save(model: Trained, path: Path, meta_extra: dict) -> None:
         "stage2_kind": model.kind,
         "stage1_mix": model.mix,
         "stage1_feature_scale": model.feature_scale,
+        **(
+            {
+                "prefix_words": list(model.prefix_words),
+                "prefix_gate_logit": model.prefix_gate_logit,
+                "prefix_stage2_layers": len(model.prefix_layers),
+                "prefix_logit_offset": model.prefix_offset,
+            }
+            if model.prefix_words
+            else {}
+        ),
         **meta_extra,
     }
     arrays = {
@@ -627,6 +842,9 @@ def save(model: Trained, path: Path, meta_extra: dict) -> None:
     for i, (w, b) in enumerate(model.layers):
         arrays[f"stage2_w{i}"] = w.astype(np.float16)
         arrays[f"stage2_b{i}"] = b.astype(np.float32)
+    for i, (w, b) in enumerate(model.prefix_layers if model.prefix_words else []):
+        arrays[f"prefix_w{i}"] = w.astype(np.float16)
+        arrays[f"prefix_b{i}"] = b.astype(np.float32)
     np.savez_compressed(path, **arrays)
 
 
@@ -678,6 +896,41 @@ def main(argv: Sequence[str] | None = None) -> None:
         "v3: 1; 0: left out of stage 2; stage 1 and the gate always see them)",
     )
     parser.add_argument("--gate-recall", type=float, default=0.99)
+    parser.add_argument(
+        "--prefix-words",
+        type=int,
+        nargs="*",
+        default=[],
+        help="sentence-prefix windows of these many words (guard.prefix_windows), with a gate "
+        "and a stage 2 of their own (fit_prefix_stage); none: weights v4",
+    )
+    parser.add_argument(
+        "--base",
+        type=Path,
+        default=None,
+        help="keep this weights file's stage 1, gate and stage 2 as they are and only fit the "
+        "prefix stage (weights v5: v4 + prefix stage)",
+    )
+    parser.add_argument(
+        "--prefix-negative-weight",
+        type=float,
+        default=1.0,
+        help="weight in the prefix stage 2 of the prefix windows of benign texts",
+    )
+    parser.add_argument(
+        "--prefix-offsets",
+        type=float,
+        nargs="+",
+        default=[0.0, -1.0, -2.0, -3.0, -4.0, -5.0],
+        help="offsets added to the prefix stage 2's logit to try on validation",
+    )
+    parser.add_argument(
+        "--prefix-gate-quantile",
+        type=float,
+        default=0.995,
+        help="the prefix windows' gate: this quantile of the stage-1 logits of the prefix "
+        "windows of validation SciFact abstracts",
+    )
     parser.add_argument("--max-false-quarantine", type=float, default=0.01)
     parser.add_argument("--min-threshold", type=float, default=0.5)
     parser.add_argument("--stage2-windows", type=int, default=30000)
@@ -729,7 +982,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     if args.loso:
         result["leave_one_source_out"] = leave_one_source_out(examples, cache, args)
-    save(model, args.out, {"trained": result["trained"]})
+    base = {"base": getattr(model, "base_name", "")} if args.base else {}
+    save(model, args.out, {"trained": result["trained"], **base})
     print(f"wrote {args.out} ({args.out.stat().st_size} bytes)", file=sys.stderr)
     if args.report:
         args.report.write_text(json.dumps(result, indent=1))
