@@ -10,8 +10,11 @@ store's own search settings (nprobes, refine_factor, ef).
         --configs hnsw_sq:4,hnsw_sq:auto,ivf_pq:auto,ivf_flat:16
 
 A configuration is ``kind:partitions`` (kind: hnsw_sq, ivf_pq, ivf_flat; ``auto``: what
-`LanceDBStore` picks for the row count). Build one configuration at a time on a table: two
-concurrent builds on one table conflict at commit.
+`LanceDBStore` picks for the row count), or ``kind:seg=R``: the index built in segments of at
+most R rows over the table's fragments (`lancedb_store.index_segments`, what `LanceDBStore`
+does with ``index_segment_rows`` R). Build one configuration at a time on a table: two
+concurrent builds on one table conflict at commit. Each child drops the table's vector index
+first, so configurations can follow each other on one table.
 """
 
 from __future__ import annotations
@@ -73,19 +76,25 @@ def _rss_gb() -> float:
 def build(path: Path, config: str) -> dict:
     import lancedb
 
-    from clef_pipelines.stores.lancedb_store import vector_index_config
+    from clef_pipelines.stores.lancedb_store import index_segments, vector_index_config
 
     kind, _, parts = config.partition(":")
     kind = {"hnsw_sq": "IVF_HNSW_SQ"}.get(kind, kind.upper())
     db = lancedb.connect(str(path))
     t = db.open_table("t")
+    for ix in t.list_indices():
+        t.drop_index(ix.name)
     n = t.count_rows()
     before = _rss_gb()
-    index = vector_index_config(
-        kind, n, DIM, "cosine", None if parts in ("", "auto") else int(parts)
-    )
     t0 = time.perf_counter()
-    t.create_index("vector", config=index, replace=True)
+    if parts.startswith("seg="):
+        index = None
+        index_segments(t, kind, DIM, "cosine", int(parts[4:]))
+    else:
+        index = vector_index_config(
+            kind, n, DIM, "cosine", None if parts in ("", "auto") else int(parts)
+        )
+        t.create_index("vector", config=index, replace=True)
     secs = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     # Recall@10 against exact search on held-out queries drawn from the same clusters.
@@ -93,16 +102,23 @@ def build(path: Path, config: str) -> dict:
     centers = np.load(path / "centers.npy")
     queries = _vectors(rng, centers, 100)
     hits = 0
+    ann_s = 0.0
     for q in queries:
         exact = t.search(q).distance_type("cosine").bypass_vector_index().limit(10).to_list()
+        started = time.perf_counter()
         ann = (
             t.search(q).distance_type("cosine").nprobes(20).refine_factor(10).ef(100).limit(10)
         ).to_list()
+        ann_s += time.perf_counter() - started
         hits += len({r["id"] for r in exact} & {r["id"] for r in ann})
+    stats = t.index_stats(next(ix.name for ix in t.list_indices()))
     return {
         "config": config,
-        "index": type(index).__name__,
+        "index": type(index).__name__ if index is not None else "segments",
         "partitions": getattr(index, "num_partitions", None),
+        "segments": stats.num_indices,
+        "indexed_rows": stats.num_indexed_rows,
+        "ann_ms": round(1000 * ann_s / len(queries), 1),
         "rows": n,
         "build_s": round(secs, 1),
         "rss_before_gb": round(before, 2),

@@ -55,6 +55,16 @@ class LanceDBConfig(StrictModel):
         "rows and leaves larger ones alone, so one upkeep's memory is set by this, not by the "
         "table (LanceDB's own target, 1M rows, rewrites a smaller table whole every time).",
     )
+    index_segment_rows: int = Field(
+        100_000,
+        ge=0,
+        description="The index step builds the ANN index in segments of at most this many "
+        "rows (whole fragments), each trained on its own rows, and gives rows written later "
+        "segments of their own, so one build's memory is set by this, not by the table "
+        "(one LanceDB build runs its IVF pass over the whole table). A query searches every "
+        "segment, so fewer, larger segments query faster. 0: one index over the whole table, "
+        "rebuilt when the table has doubled.",
+    )
 
 
 class QdrantConfig(StrictModel):

@@ -49,6 +49,7 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             cleanup_older_than_s=c.cleanup_older_than_s,
             upkeep_fraction=c.upkeep_fraction,
             compaction_target_rows=c.compaction_target_rows,
+            index_segment_rows=c.index_segment_rows,
         )
     if kind == "qdrant":
         try:

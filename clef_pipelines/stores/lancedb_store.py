@@ -156,6 +156,98 @@ def vector_index_config(
     raise ValueError(f"unknown LanceDB index type {kind!r}")
 
 
+def segment_index_args(kind: str, rows: int, dimension: int, metric: str) -> dict[str, Any]:
+    """Lance's ``create_index_uncommitted`` arguments for one index segment of ``rows``
+    vectors: the same partition sizes as `vector_index_config`, and LanceDB's HNSW defaults
+    (m 20, ef_construction 300; Lance's own default ef_construction is 150)."""
+    config = vector_index_config(kind, rows, dimension, metric)
+    args: dict[str, Any] = {
+        "index_type": kind,
+        "metric": metric,
+        "num_partitions": int(config.num_partitions),
+    }
+    if kind == "IVF_HNSW_SQ":
+        args.update(m=20, ef_construction=300)
+    if kind == "IVF_PQ":
+        args["num_sub_vectors"] = int(config.num_sub_vectors)
+    return args
+
+
+def group_fragments(rows: dict[int, int], limit: int) -> list[list[int]]:
+    """Fragments (id -> rows) in id order, cut into groups of at most ``limit`` rows (a
+    fragment larger than that is a group of its own: a segment holds whole fragments)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    held = 0
+    for fid in sorted(rows):
+        if current and held + rows[fid] > limit:
+            groups.append(current)
+            current, held = [], 0
+        current.append(fid)
+        held += rows[fid]
+    if current:
+        groups.append(current)
+    return groups
+
+
+def index_segments(t: Any, kind: str, dimension: int, metric: str, limit: int) -> int:
+    """Index the fragments of LanceDB table ``t`` that its ANN index does not cover yet, in
+    segments of at most ``limit`` rows; returns the segments built.
+
+    Why: one LanceDB ``create_index`` runs its IVF pass over the whole table, and its
+    memory grows with it (+0.8 to 1.0 GB at 380,000 rows, more beyond; docs/BENCHMARKS.md
+    "Scale"). Lance builds an index segment over chosen fragments
+    (``create_index_uncommitted(fragment_ids=...)``), training that segment's partitions
+    and quantiser on its own rows, and commits segments as one logical index that a
+    query searches segment by segment, so one build holds one segment's rows whatever
+    the table's size. The smallest segment is rebuilt together with the last group of
+    new fragments when both fit in one segment, so a run of small refreshes does not
+    leave one small segment each (a query's cost grows with the segments)."""
+    from lance.dataset import Index, LanceDataset, LanceOperation
+
+    ds = t.to_lance()
+    desc = next((d for d in ds.describe_indices() if "vector" in d.field_names), None)
+    rows = {f.fragment_id: f.count_rows() for f in ds.get_fragments()}
+    covered = {f for seg in desc.segments for f in seg.fragment_ids} if desc else set()
+    new = {f: n for f, n in rows.items() if f not in covered and n > 0}
+    if not new:
+        return 0
+    groups = group_fragments(new, limit)
+    removed = []
+    if desc is not None:
+        held, smallest = min(
+            ((sum(rows.get(f, 0) for f in seg.fragment_ids), seg) for seg in desc.segments),
+            key=lambda pair: pair[0],
+        )
+        if held + sum(new[f] for f in groups[-1]) <= limit:
+            groups[-1] = sorted({*groups[-1], *(f for f in smallest.fragment_ids if f in rows)})
+            removed.append(
+                Index(
+                    uuid=smallest.uuid,
+                    name=desc.name,
+                    fields=list(desc.fields),
+                    dataset_version=smallest.dataset_version_at_last_update,
+                    fragment_ids=set(smallest.fragment_ids),
+                    index_version=smallest.index_version,
+                )
+            )
+    name = desc.name if desc is not None else "vector_idx"  # LanceDB's name for it
+    built = []
+    for group in groups:
+        args = segment_index_args(kind, sum(rows[f] for f in group), dimension, metric)
+        built.append(
+            ds.create_index_uncommitted(
+                "vector", name=name, replace=True, fragment_ids=group, **args
+            )
+        )
+    # One commit adds the new segments (and drops the one rebuilt): the index is never
+    # missing, and rows outside it are searched exactly until then.
+    op = LanceOperation.CreateIndex(new_indices=built, removed_indices=removed)
+    LanceDataset.commit(ds, op, read_version=ds.version)
+    t.checkout_latest()
+    return len(built)
+
+
 class LanceDBStore(VectorStore):
     kind = "lancedb"
     concurrent_reads = True  # searches run in LanceDB's Rust runtime, outside the GIL
@@ -173,6 +265,7 @@ class LanceDBStore(VectorStore):
         cleanup_older_than_s: float = 60.0,
         upkeep_fraction: float = 0.5,
         compaction_target_rows: int = 16_384,
+        index_segment_rows: int = 100_000,
     ) -> None:
         import lancedb
 
@@ -188,6 +281,7 @@ class LanceDBStore(VectorStore):
         self.cleanup_older_than_s = cleanup_older_than_s
         self.upkeep_fraction = upkeep_fraction
         self.compaction_target_rows = compaction_target_rows
+        self.index_segment_rows = index_segment_rows
         # Strong consistency: other processes (Dagster steps) may write the same tables.
         self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
         self._tables: dict[str, Any] = {}
@@ -393,12 +487,20 @@ class LanceDBStore(VectorStore):
             self._optimize(name)
 
     def _index_if_due(self, spec: CollectionSpec) -> str | None:
-        """Build the ANN index at the threshold; rebuild it when the table has doubled since
-        (its partitions and quantiser were trained on the data of the time)."""
+        """Build the ANN index at the threshold. Built in segments (``index_segment_rows``),
+        each segment's partitions and quantiser are trained on its own rows, so nothing is
+        retrained later: new rows get segments of their own (`_index_segments`). Built whole
+        (``index_segment_rows`` 0), it is rebuilt when the table has doubled since (its
+        partitions and quantiser were trained on the data of the time)."""
         t = self._table(spec.name)
         n = t.count_rows()
         if n < self.index_threshold:
             return None
+        if self.index_segment_rows:
+            if self._has_vector_index(t):
+                return None
+            self._index_segments(spec)
+            return self.index_type
         meta = self._read_meta(spec.name) or {}
         built = int((meta.get("index") or {}).get("rows", 0))
         if self._has_vector_index(t) and built and n < 2 * built:
@@ -414,6 +516,11 @@ class LanceDBStore(VectorStore):
     @staticmethod
     def _has_vector_index(t: Any) -> bool:
         return any("vector" in ix.columns for ix in t.list_indices())
+
+    @staticmethod
+    def _vector_segments(t: Any) -> int:
+        ann = next((ix for ix in t.list_indices() if "vector" in ix.columns), None)
+        return 0 if ann is None else int(getattr(t.index_stats(ann.name), "num_indices", 1) or 1)
 
     def _ensure_scalar_indexes(self, spec: CollectionSpec) -> list[str]:
         t = self._table(spec.name)
@@ -484,6 +591,16 @@ class LanceDBStore(VectorStore):
         t.create_index("vector", config=config, replace=True)
         return self.index_type
 
+    def _index_segments(self, spec: CollectionSpec) -> int:
+        """Index the rows the ANN index does not cover yet (`index_segments`)."""
+        return index_segments(
+            self._table(spec.name),
+            self.index_type,
+            spec.dimension,
+            spec.metric,
+            self.index_segment_rows,
+        )
+
     def _optimize(self, name: str) -> None:
         """Upkeep: LanceDB's ``optimize`` (compaction, index update, version clean-up) with a
         compaction that leaves fragments of ``compaction_target_rows`` alone (see the module
@@ -494,8 +611,17 @@ class LanceDBStore(VectorStore):
         # rewritten into fragments of up to the target; the indexes are remapped to them.
         ds.optimize.compact_files(target_rows_per_fragment=self.compaction_target_rows)
         # Rows written since are added to the indexes as deltas merged into the latest one,
-        # without retraining (what LanceDB's optimize does).
-        ds.optimize.optimize_indices()
+        # without retraining (what LanceDB's optimize does). Not to an ANN index built in
+        # segments: Lance cannot merge segments trained apart ("segments do not share IVF
+        # centroids"), and the index step gives new rows segments of their own
+        # (`_index_segments`); until then they are searched exactly.
+        names = None
+        if self.index_segment_rows or self._vector_segments(t) > 1:
+            names = [ix.name for ix in t.list_indices() if "vector" not in ix.columns]
+        if names is None:
+            ds.optimize.optimize_indices()
+        elif names:
+            ds.optimize.optimize_indices(index_names=names)
         # Versions older than the window go (0 would break a concurrent reader of an older
         # version). Lance reads a zero timedelta as "not given", so 0 is said as "keep one".
         if self.cleanup_older_than_s > 0:
@@ -538,6 +664,10 @@ class LanceDBStore(VectorStore):
                 done["vector_index"] = f"{built} {'retrained' if had_index else 'built'}"
             elif had_index and self.index_status(collection)["unindexed_rows"] == 0:
                 done["vector_index"] = "up to date"
+            elif had_index and self.index_segment_rows:
+                # Incremental: new rows get segments of their own, nothing is retrained.
+                made = self._index_segments(spec)
+                done["vector_index"] = f"updated ({made} segments built)"
             elif had_index:
                 # Incremental: new rows are indexed as a delta, without retraining.
                 self._optimize(collection)
@@ -568,6 +698,7 @@ class LanceDBStore(VectorStore):
             "ann_index": str(getattr(stats, "index_type", self.index_type)),
             "indexed_rows": int(getattr(stats, "num_indexed_rows", 0) or 0),
             "unindexed_rows": unindexed,
+            "index_segments": int(getattr(stats, "num_indices", 1) or 1),
         }
 
     # ------------------------------------------------------------------ reads

@@ -567,3 +567,77 @@ def test_pgvector_fill_records_reuses_the_lists_spec(pg_dsn: str) -> None:
         filled = store.fill_records("docs", refs)
         assert [h.id for h in filled] == [h.id for i, h in enumerate(full) if i != 2]
         assert [h.record for h in filled] == [h.record for i, h in enumerate(full) if i != 2]
+
+
+def test_lancedb_ann_index_built_in_bounded_segments(tmp_path: pathlib.Path) -> None:
+    """The index step builds LanceDB's ANN index in segments of at most
+    `index_segment_rows` rows (one build over the whole table needs memory that grows with
+    it). Every row is in the index afterwards and queries find their nearest rows through it;
+    upkeep keeps working with several segments (Lance cannot merge segments trained apart);
+    rows written later are searched exactly until the index step gives them a segment of
+    their own, the smallest segment rebuilt with them when both fit; a compaction that
+    rewrites an indexed fragment keeps its rows in the index."""
+    from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+    store = LanceDBStore(
+        tmp_path / "l",
+        index_threshold=1_000,
+        index_segment_rows=1_000,
+        optimize_every=0,
+        compaction_target_rows=100,  # the 250-row fragments below are left as they are
+    )
+    store.ensure_collection(spec(dim=16))
+    vecs = np.random.default_rng(0).standard_normal((4_000, 16)).astype(np.float32)
+
+    def write(lo: int, hi: int) -> None:
+        for start in range(lo, hi, 250):
+            store.upsert(
+                "docs",
+                [
+                    {"id": uid(i), "vector": vecs[i], "doc_id": f"d{i // 100}", "n": i}
+                    for i in range(start, start + 250)
+                ],
+            )
+
+    def segments() -> list[int]:
+        """Live rows under each segment of the ANN index."""
+        ds = store._table("docs").to_lance()
+        rows = {f.fragment_id: f.count_rows() for f in ds.get_fragments()}
+        (ann,) = [d for d in ds.describe_indices() if "vector" in d.field_names]
+        return sorted(sum(rows.get(f, 0) for f in s.fragment_ids) for s in ann.segments)
+
+    def finds(ids: range) -> bool:
+        return all(store.query("docs", vecs[i], top_k=1)[0].id == uid(i) for i in ids)
+
+    write(0, 3_000)  # twelve fragments of 250 rows
+    store.maintain("docs")
+    assert store.index_status("docs")["ann_index"] is None
+    done = store.build_indexes("docs")
+    assert done["vector_index"] == "IVF_HNSW_SQ built"
+    assert done["unindexed_rows"] == 0 and done["indexed_rows"] == 3_000
+    assert segments() == [1_000, 1_000, 1_000]
+    assert store._has_vector_index(store._table("docs"))
+    assert finds(range(0, 3_000, 97))
+    hits = store.query("docs", vecs[5], where={"doc_id": "d20"}, top_k=5)
+    assert len(hits) == 5 and {h.record["doc_id"] for h in hits} == {"d20"}
+
+    write(3_000, 3_500)
+    store.maintain("docs")  # upkeep with a segmented index: no merge of segments attempted
+    assert store.index_status("docs")["unindexed_rows"] == 500
+    assert finds(range(3_000, 3_500, 31))  # searched exactly until the index step
+    assert store.build_indexes("docs")["vector_index"] == "updated (1 segments built)"
+    assert segments() == [500, 1_000, 1_000, 1_000]  # 1,000 + 500 do not fit in one
+    write(3_500, 3_750)
+    done = store.build_indexes("docs")
+    assert done["unindexed_rows"] == 0 and done["index_segments"] == 4
+    assert segments() == [750, 1_000, 1_000, 1_000]  # the 500 rebuilt with the 250 new rows
+    assert finds(range(3_000, 3_750, 23))
+
+    # A fifth of one indexed fragment deleted: upkeep rewrites it, its rows stay indexed.
+    assert store.delete("docs", where={"n": {"in": list(range(250, 300))}}) == 50
+    store.maintain("docs")
+    status = store.index_status("docs")
+    assert status["rows"] == 3_700 and status["unindexed_rows"] == 0, status
+    assert sum(segments()) == 3_700
+    assert finds(range(300, 500, 17))
+    assert not store.query("docs", vecs[260], where={"n": 260}, top_k=1)
