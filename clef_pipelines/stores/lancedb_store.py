@@ -5,9 +5,13 @@
 - Upserts are ``merge_insert("id")`` (update all / insert all).
 - Scalar indexes (BTREE; BITMAP for bools) on ``id`` and the filter fields. The ANN index
   (IVF_HNSW_SQ by default, see `vector_index_config` for why) is built by `build_indexes`
-  (its own ingestion step, after the sync), never inside a write: once a collection holds
-  ``index_threshold`` rows it is trained, later calls fold new rows into it (``optimize``),
-  and it is retrained when the table has doubled since. Rows not yet in the index are
+  (its own ingestion step, after the sync), never inside a write, once a collection holds
+  ``index_threshold`` rows: in segments of at most ``index_segment_rows`` rows over whole
+  fragments, each trained on its own rows and committed as one index (`index_segments`),
+  so one build's memory is set by the segment size, not the table; later calls give the
+  rows written since segments of their own, and nothing is retrained. With
+  ``index_segment_rows`` 0 it is one index over the table, new rows folded into it
+  (``optimize``) and retrained when the table has doubled. Rows not yet in the index are
   searched exactly by LanceDB alongside the index, so queries stay correct while it is
   stale. Searches are prefiltered; with an ANN index they refine with exact distances, and
   fall back to exact search when the index returns fewer than k rows that a filter admits.
