@@ -209,6 +209,8 @@ def index_segments(t: Any, kind: str, dimension: int, metric: str, limit: int) -
     leave one small segment each (a query's cost grows with the segments)."""
     from lance.dataset import Index, LanceDataset, LanceOperation
 
+    from clef_pipelines.ingest.process_memory import trim_heap
+
     ds = t.to_lance()
     desc = next((d for d in ds.describe_indices() if "vector" in d.field_names), None)
     rows = {f.fragment_id: f.count_rows() for f in ds.get_fragments()}
@@ -244,6 +246,11 @@ def index_segments(t: Any, kind: str, dimension: int, metric: str, limit: int) -
                 "vector", name=name, replace=True, fragment_ids=group, **args
             )
         )
+        # Hand what the segment's build freed back to the OS before the next one: without
+        # it the process's peak crept up segment by segment (glibc keeps freed memory in
+        # its arenas), with it the peak stayed flat from the second segment on
+        # (bench/bench_index_segments.py, docs/BENCHMARKS.md "The ANN index in segments").
+        trim_heap()
     # One commit adds the new segments (and drops the one rebuilt): the index is never
     # missing, and rows outside it are searched exactly until then.
     op = LanceOperation.CreateIndex(new_indices=built, removed_indices=removed)
