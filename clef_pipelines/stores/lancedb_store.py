@@ -246,10 +246,11 @@ def index_segments(t: Any, kind: str, dimension: int, metric: str, limit: int) -
                 "vector", name=name, replace=True, fragment_ids=group, **args
             )
         )
-        # Hand what the segment's build freed back to the OS before the next one: without
-        # it the process's peak crept up segment by segment (glibc keeps freed memory in
-        # its arenas), with it the peak stayed flat from the second segment on
-        # (bench/bench_index_segments.py, docs/BENCHMARKS.md "The ANN index in segments").
+        # Hand what the segment's build freed back to the OS before the next one: glibc
+        # keeps freed memory in its arenas, and the process's peak crept up segment by
+        # segment (two arenas, six segments: +0.08 GB without the trim, +0.05 with it,
+        # the resident memory back to the same level after each; bench/bench_index_segments.py,
+        # docs/BENCHMARKS.md "The ANN index in segments").
         trim_heap()
     # One commit adds the new segments (and drops the one rebuilt): the index is never
     # missing, and rows outside it are searched exactly until then.
