@@ -21,6 +21,8 @@ from typing import Protocol
 #: counted whole took over a gigabyte).
 COUNT_BATCH = 1024
 COUNT_PIECE_CHARS = 65_536
+#: Distinct words whose counts a counter keeps (a few MB; prose needs far fewer).
+WORD_CACHE = 200_000
 _BLANK = re.compile(r"\s")
 
 
@@ -76,15 +78,39 @@ class WordPieceCounter:
         self._tok = tok
         # `encode_batch_fast` (tokenizers >= 0.20) skips offsets, which counting never needs.
         self._encode_batch = getattr(tok, "encode_batch_fast", tok.encode_batch)
+        self._words: dict[str, int] = {}
 
     def count(self, text: str) -> int:
         if not text:
             return 0
         if len(text) > COUNT_PIECE_CHARS:
-            return sum(self.count_batch(list(_pieces(text))))
+            return sum(self._encode_counts(list(_pieces(text))))
         return len(self._tok.encode(text, add_special_tokens=False).ids)
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
+        """Each text's count as the sum of its space-separated words' counts, every distinct
+        word encoded once (then kept, up to WORD_CACHE words). Exact: the normalizer works
+        character by character and keeps ' ', which the pre-tokenizer always splits on, so
+        no token spans a ' '. Prose repeats its words, so this encodes a small fraction of
+        the text (the chunkers count every sentence of every document)."""
+        out: list[int] = []
+        for start in range(0, len(texts), COUNT_BATCH):
+            words = [t.split(" ") for t in texts[start : start + COUNT_BATCH]]
+            known = self._words
+            new = list({w for ws in words for w in ws if w and w not in known})
+            if new:
+                if len(known) + len(new) > WORD_CACHE:
+                    # A fresh dict, never cleared in place: a thread still reading the old
+                    # one keeps every word it found there.
+                    known = {}
+                    new = list({w for ws in words for w in ws if w})
+                known.update(zip(new, self._encode_counts(new), strict=True))
+                self._words = known
+            out.extend(sum(known[w] for w in ws if w) for ws in words)
+        return out
+
+    def _encode_counts(self, texts: Sequence[str]) -> list[int]:
+        """Each text encoded whole, in calls of COUNT_BATCH texts."""
         out: list[int] = []
         for start in range(0, len(texts), COUNT_BATCH):
             part = list(texts[start : start + COUNT_BATCH])
