@@ -14,6 +14,7 @@ import numpy as np
 
 from clef_pipelines.embedding.base import Embedder
 
+WORD_CACHE = 100_000
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -22,6 +23,9 @@ class HashEmbedder(Embedder):
         super().__init__()
         self.dimension = dimension
         self.name = f"hash:v1:{dimension}"
+        # Words repeat across texts (bigrams far less): each word's bucket is kept, up to
+        # WORD_CACHE words (a few tens of MB at most).
+        self._words: dict[str, tuple[int, float]] = {}
 
     def _bucket(self, token: str) -> tuple[int, float]:
         digest = hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest()
@@ -29,13 +33,36 @@ class HashEmbedder(Embedder):
         return value % self.dimension, 1.0 if (value >> 63) & 1 else -1.0
 
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        # Every gram's signed bucket gathered first, then summed per row by one bincount: the
+        # sums are small integers, exact in float64 and float32 alike, so the vectors are
+        # the same as adding one gram at a time (a numpy scalar update per gram cost more
+        # than its hash).
+        flat: list[int] = []
+        signs: list[float] = []
+        dim = self.dimension
+        known = self._words
+        bucket = self._bucket
         for row, text in enumerate(texts):
             words = _WORD.findall(text.lower())
-            grams = words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
-            for gram in grams:
-                col, sign = self._bucket(gram)
-                out[row, col] += sign
+            base = row * dim
+            for word in words:
+                hit = known.get(word)
+                if hit is None:
+                    hit = bucket(word)
+                    if len(known) < WORD_CACHE:
+                        known[word] = hit
+                flat.append(base + hit[0])
+                signs.append(hit[1])
+            for a, b in zip(words, words[1:], strict=False):
+                col, sign = bucket(f"{a} {b}")
+                flat.append(base + col)
+                signs.append(sign)
+        out = np.bincount(
+            np.asarray(flat, dtype=np.int64),
+            weights=np.asarray(signs, dtype=np.float64),
+            minlength=len(texts) * dim,
+        )
+        out = out.astype(np.float32).reshape(len(texts), dim)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return out / norms
