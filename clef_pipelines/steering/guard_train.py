@@ -689,23 +689,14 @@ def fit_prefix_stage(
 
     # Offset and threshold on validation (window parts computed once, offsets applied after).
     logits, stage2 = model.window_parts(val_windows, val_prefix, cache)
-    sources_val = np.array([e.source for e in val_rows])
-    prose = [sources_val == src for src in PARAGRAPH_SOURCES if (sources_val == src).any()]
-    groups_val = [
-        np.flatnonzero((sources_val == src) & np.array([e.label == 1 for e in val_rows]))
-        for src in sorted({e.source for e in val_rows if e.label == 1})
-    ]
+    prose, groups_val = _validation_sets(val_rows)
     best = (-1.0, 0.0, 0.5)
     for offset in args.prefix_offsets:
         shifted = np.where(val_prefix, stage2 + offset, stage2)
         model.prefix_offset, model.threshold = offset, 1.0
         scored = np.zeros(len(val_rows))
         np.maximum.at(scored, val_owner, model.combine(logits, shifted, val_prefix))
-        threshold = max(
-            [_threshold_for(scored[m], args.max_false_quarantine) for m in prose]
-            + [args.min_threshold]
-        )
-        recall = float(np.mean([(scored[g] >= threshold).mean() for g in groups_val]))
+        threshold, recall = _threshold_and_recall(scored, prose, groups_val, args)
         print(
             f"  prefix offset {offset}: threshold {threshold:.3f}, val recall {recall:.4f}",
             file=sys.stderr,
@@ -713,6 +704,38 @@ def fit_prefix_stage(
         if recall > best[0]:
             best = (recall, offset, threshold)
     _, model.prefix_offset, model.threshold = best
+
+
+def _validation_sets(
+    val_rows: Sequence[Example],
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Masks of each real-prose source, and the row indices of each injection source."""
+    sources = np.array([e.source for e in val_rows])
+    labels = np.array([e.label == 1 for e in val_rows])
+    prose = [sources == src for src in PARAGRAPH_SOURCES if (sources == src).any()]
+    groups = [
+        np.flatnonzero((sources == src) & labels)
+        for src in sorted({e.source for e in val_rows if e.label == 1})
+    ]
+    return prose, groups
+
+
+def _threshold_and_recall(
+    scored: np.ndarray,
+    prose: Sequence[np.ndarray],
+    groups: Sequence[np.ndarray],
+    args: argparse.Namespace,
+) -> tuple[float, float]:
+    """The lowest threshold that quarantines at most ``--max-false-quarantine`` of EVERY kind
+    of real prose (scientific abstracts, reference docs, package READMEs), not pooled:
+    technical docs full of imperatives are the hard case, and the pool would let the easy
+    abstracts hide them. The recall is the mean over injection sources, so that the biggest
+    source does not decide."""
+    threshold = max(
+        [_threshold_for(scored[m], args.max_false_quarantine) for m in prose] + [args.min_threshold]
+    )
+    recall = float(np.mean([(scored[g] >= threshold).mean() for g in groups]))
+    return threshold, recall
 
 
 def choose_mix_and_threshold(
@@ -726,26 +749,13 @@ def choose_mix_and_threshold(
     """
     windows, owner, prefix = windows_of(val_rows, model.prefix_words)
     logits, stage2 = model.window_parts(windows, prefix, cache)
-    sources = np.array([e.source for e in val_rows])
-    prose = [sources == src for src in PARAGRAPH_SOURCES if (sources == src).any()]
-    groups = [
-        np.array(idx)
-        for src in sorted({e.source for e in val_rows if e.label == 1})
-        if (idx := [i for i, e in enumerate(val_rows) if e.source == src and e.label == 1])
-    ]
+    prose, groups = _validation_sets(val_rows)
     best = (-1.0, 0.0, 0.5)
     for mix in args.mixes:
         model.mix, model.threshold = mix, 1.0
         scored = np.zeros(len(val_rows))
         np.maximum.at(scored, owner, model.combine(logits, stage2, prefix))
-        # At most the allowed rate on EVERY kind of real prose (scientific abstracts, reference
-        # docs, package READMEs), not pooled: technical docs full of imperatives are the hard
-        # case, and the pool would let the easy abstracts hide them.
-        threshold = max(
-            [_threshold_for(scored[m], args.max_false_quarantine) for m in prose]
-            + [args.min_threshold]
-        )
-        recall = float(np.mean([(scored[g] >= threshold).mean() for g in groups]))
+        threshold, recall = _threshold_and_recall(scored, prose, groups, args)
         print(
             f"  stage 2 {model.kind}, mix {mix}: threshold {threshold:.3f}, "
             f"val recall {recall:.3f}",
