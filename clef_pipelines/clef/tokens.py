@@ -102,15 +102,7 @@ def _sum_pieces(pieces: list[str]) -> int:
         return sum(map(known.__getitem__, pieces))  # every piece seen before: C speed
     except KeyError:
         pass
-    if len(known) > _PIECE_CACHE_MAX:
-        known.clear()
-    n = 0
-    for piece in pieces:
-        cost = known.get(piece)
-        if cost is None:
-            cost = known[piece] = _piece_tokens(piece)
-        n += cost
-    return n
+    return sum(map(_cost, pieces))
 
 
 _estimate_cached = lru_cache(maxsize=4096)(_estimate)
