@@ -526,13 +526,23 @@ class LanceDBStore(VectorStore):
     # ---------------------------------------------------------------- indexes
 
     @staticmethod
-    def _has_vector_index(t: Any) -> bool:
-        return any("vector" in ix.columns for ix in t.list_indices())
+    def _ann_index(t: Any) -> Any:
+        """The table's vector (ANN) index, or None."""
+        return next((ix for ix in t.list_indices() if "vector" in ix.columns), None)
+
+    @classmethod
+    def _has_vector_index(cls, t: Any) -> bool:
+        return cls._ann_index(t) is not None
 
     @staticmethod
-    def _vector_segments(t: Any) -> int:
-        ann = next((ix for ix in t.list_indices() if "vector" in ix.columns), None)
-        return 0 if ann is None else int(getattr(t.index_stats(ann.name), "num_indices", 1) or 1)
+    def _segment_count(stats: Any) -> int:
+        """Segments of an ANN index from its stats (one when Lance does not say)."""
+        return int(getattr(stats, "num_indices", 1) or 1)
+
+    @classmethod
+    def _vector_segments(cls, t: Any) -> int:
+        ann = cls._ann_index(t)
+        return 0 if ann is None else cls._segment_count(t.index_stats(ann.name))
 
     def _ensure_scalar_indexes(self, spec: CollectionSpec) -> list[str]:
         t = self._table(spec.name)
@@ -700,7 +710,7 @@ class LanceDBStore(VectorStore):
         self.get_spec(collection)
         t = self._table(collection)
         rows = int(t.count_rows())
-        ann = next((ix for ix in t.list_indices() if "vector" in ix.columns), None)
+        ann = self._ann_index(t)
         if ann is None:
             return {"rows": rows, "ann_index": None, "indexed_rows": 0, "unindexed_rows": rows}
         stats = t.index_stats(ann.name)
@@ -710,7 +720,7 @@ class LanceDBStore(VectorStore):
             "ann_index": str(getattr(stats, "index_type", self.index_type)),
             "indexed_rows": int(getattr(stats, "num_indexed_rows", 0) or 0),
             "unindexed_rows": unindexed,
-            "index_segments": int(getattr(stats, "num_indices", 1) or 1),
+            "index_segments": self._segment_count(stats),
         }
 
     # ------------------------------------------------------------------ reads
