@@ -21,8 +21,11 @@ from typing import Protocol
 #: counted whole took over a gigabyte).
 COUNT_BATCH = 1024
 COUNT_PIECE_CHARS = 65_536
-#: Distinct words whose counts a counter keeps (a few MB; prose needs far fewer).
+#: Distinct words whose counts a counter keeps (a few MB; prose needs far fewer), and the
+#: longest word kept: a long run without spaces (a data URI, a hash, a minified line) rarely
+#: recurs, and 200,000 of them kept would hold their whole text.
 WORD_CACHE = 200_000
+WORD_CACHE_CHARS = 64
 _BLANK = re.compile(r"\s")
 
 
@@ -89,7 +92,7 @@ class WordPieceCounter:
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         """Each text's count as the sum of its space-separated words' counts, every distinct
-        word encoded once (then kept, up to WORD_CACHE words). Exact: the normalizer works
+        word encoded once (then kept, up to WORD_CACHE words of at most WORD_CACHE_CHARS). Exact: the normalizer works
         character by character and keeps ' ', which the pre-tokenizer always splits on, so
         no token spans a ' '. Prose repeats its words, so this encodes a small fraction of
         the text (the chunkers count every sentence of every document)."""
@@ -97,6 +100,7 @@ class WordPieceCounter:
         for start in range(0, len(texts), COUNT_BATCH):
             words = [t.split(" ") for t in texts[start : start + COUNT_BATCH]]
             known = self._words
+            long: dict[str, int] = {}  # counted for this batch only (WORD_CACHE_CHARS)
             new = list({w for ws in words for w in ws if w and w not in known})
             if new:
                 if len(known) + len(new) > WORD_CACHE:
@@ -104,9 +108,13 @@ class WordPieceCounter:
                     # one keeps every word it found there.
                     known = {}
                     new = list({w for ws in words for w in ws if w})
-                known.update(zip(new, self._encode_counts(new), strict=True))
+                for w, n in zip(new, self._encode_counts(new), strict=True):
+                    (long if len(w) > WORD_CACHE_CHARS else known)[w] = n
                 self._words = known
-            out.extend(sum(known[w] for w in ws if w) for ws in words)
+            if long:
+                out.extend(sum(long[w] if w in long else known[w] for w in ws if w) for ws in words)
+            else:
+                out.extend(sum(known[w] for w in ws if w) for ws in words)
         return out
 
     def _encode_counts(self, texts: Sequence[str]) -> list[int]:

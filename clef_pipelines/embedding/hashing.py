@@ -15,6 +15,8 @@ import numpy as np
 from clef_pipelines.embedding.base import Embedder
 
 WORD_CACHE = 100_000
+#: Longer words (hashes, encoded data) rarely recur and would make the cache hold their text.
+WORD_CACHE_CHARS = 64
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -24,7 +26,7 @@ class HashEmbedder(Embedder):
         self.dimension = dimension
         self.name = f"hash:v1:{dimension}"
         # Words repeat across texts (bigrams far less): each word's bucket is kept, up to
-        # WORD_CACHE words (a few tens of MB at most).
+        # WORD_CACHE words of at most WORD_CACHE_CHARS (a few tens of MB at most).
         self._words: dict[str, tuple[int, float]] = {}
 
     def _bucket(self, token: str) -> tuple[int, float]:
@@ -49,7 +51,7 @@ class HashEmbedder(Embedder):
                 hit = known.get(word)
                 if hit is None:
                     hit = bucket(word)
-                    if len(known) < WORD_CACHE:
+                    if len(known) < WORD_CACHE and len(word) <= WORD_CACHE_CHARS:
                         known[word] = hit
                 flat.append(base + hit[0])
                 signs.append(hit[1])

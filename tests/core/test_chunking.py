@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clef_pipelines.chunking import Chunk, chunk_blocks, count_tokens, make_embed_text
-from clef_pipelines.chunking.tokens import EstimateCounter, get_token_counter
+from clef_pipelines.chunking.tokens import WORD_CACHE_CHARS, EstimateCounter, get_token_counter
 from clef_pipelines.config import ChunkingConfig
 from clef_pipelines.parsing.markdown import parse_markdown
 from clef_pipelines.parsing.models import Block
@@ -205,6 +205,9 @@ def test_batched_counts_by_word_match_whole_text_encoding() -> None:
     whole = [len(counter._tok.encode(t, add_special_tokens=False).ids) for t in texts]
     assert counter.count_batch(texts) == whole
     assert counter.count_batch(list(reversed(texts))) == list(reversed(whole))  # words cached
+    # Words over WORD_CACHE_CHARS are counted but not kept: the cache never holds their text.
+    assert not [w for w in counter._words if len(w) > WORD_CACHE_CHARS]
+    assert "x" * 150 not in counter._words
 
 
 SCIFACT = (

@@ -29,6 +29,7 @@ def test_vectors_match_the_definition_and_the_word_cache_changes_nothing() -> No
         "the the the the",
         "Caf\u00e9 na\u00efve \u4e2d\u6587 mixed",
         "Tokens last an hour.",
+        "deadbeef" * 12 + " a hash longer than the words the cache keeps",
     ]
     emb = HashEmbedder(64)
     first = emb.embed(texts)
@@ -39,3 +40,5 @@ def test_vectors_match_the_definition_and_the_word_cache_changes_nothing() -> No
     again = emb.embed(list(reversed(texts)))
     assert again.tobytes() == expected[::-1].tobytes()
     assert not first[1].any()  # no words: the zero vector, not NaN
+    assert "deadbeef" * 12 not in emb._words  # counted, never kept (WORD_CACHE_CHARS)
+    assert "tokens" in emb._words
