@@ -24,7 +24,14 @@ from clef_pipelines.ingest.batches import BATCH, BatchWriter, FrameBatches, merg
 from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import FieldTypes
 from clef_pipelines.ingest.progress import report as progress_report
-from clef_pipelines.ingest.sync import EmbedStats, SyncReport, embed_chunks, finish_sync, sync_batch
+from clef_pipelines.ingest.sync import (
+    EmbedStats,
+    SyncReport,
+    confirm_new_documents,
+    embed_chunks,
+    finish_sync,
+    sync_batch,
+)
 from clef_pipelines.records import CHUNK_SCHEMA
 from clef_pipelines.steering import checks
 from clef_pipelines.steering.clef_chunking import ClefChunkingReport
@@ -242,6 +249,8 @@ def sync_batches(
     # Runs launched from the UI or a schedule take the lock here (a CLI run already holds it;
     # the lock is reentrant in one process).
     with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
+        # Before the first write: new documents' chunks are appended, not upserted.
+        touched = confirm_new_documents(store, collection, source, touched)
         for n, key in enumerate(keys, start=1):
             # Batch by batch: each batch's documents are complete in the store before the next
             # starts, so a run killed half-way leaves whole batches done and the rest to repair.

@@ -3,6 +3,9 @@
 Order matters for crash safety: a document's new chunks are upserted before its stale chunks
 are deleted, so a sync killed at any point leaves every document either complete or visibly
 incomplete (mixed hashes or missing chunks), which the next inventory marks for repair.
+Chunks of new documents are appended without an id lookup (`VectorStore.insert`), after
+`confirm_new_documents` has checked, under the collection's lock, that the store holds none
+of their records; a partly written new document is REPAIR on the next run and upserted.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import polars as pl
 from clef_pipelines import __version__
 from clef_pipelines.embedding.base import Embedder
 from clef_pipelines.embedding.executor import BatchRunner, local_batches
-from clef_pipelines.ingest.documents import CHANGED, REMOVED, REPAIR, RESCREEN
+from clef_pipelines.ingest.documents import CHANGED, NEW, REMOVED, REPAIR, RESCREEN
 from clef_pipelines.records import (
     FILTER_FIELDS,
     PIPELINE_VERSION,
@@ -185,6 +188,45 @@ def _record_batches(frame: pl.DataFrame, batch_rows: int) -> Iterator[list[dict[
         yield records
 
 
+#: Document ids per `count` when checking that new documents have no stored records.
+_CONFIRM_CHUNK = 1000
+
+
+def confirm_new_documents(
+    store: VectorStore, collection: str, source: str, inventory: pl.DataFrame
+) -> pl.DataFrame:
+    """The inventory with every NEW document that has records in the store marked REPAIR.
+
+    Why: the sync appends the chunks of NEW documents without looking their ids up
+    (`VectorStore.insert`), which is only right when the store holds no record of them. The
+    inventory says so as of when it was taken; an inventory older than the store (the sync
+    step re-run alone on an earlier run's intermediates, a sync killed after the inventory
+    of a run still to come was taken) would append records twice. Called once per sync,
+    under the collection's lock and before anything is written: when the store holds no
+    record of the source (a first load) that is one count, else one count per
+    `_CONFIRM_CHUNK` new documents on the indexed ``doc_id``."""
+    new = inventory.filter(pl.col("status") == NEW)["doc_id"].to_list()
+    if not new or not store.has_collection(collection):
+        return inventory
+    if store.count(collection, where={"source": source}) == 0:
+        return inventory
+    stored: set[str] = set()
+    for start in range(0, len(new), _CONFIRM_CHUNK):
+        where = {"source": source, "doc_id": {"in": new[start : start + _CONFIRM_CHUNK]}}
+        if store.count(collection, where=where):
+            stored.update(
+                r["doc_id"] for r in store.scan(collection, where=where, fields=["doc_id"])
+            )
+    if not stored:
+        return inventory
+    return inventory.with_columns(
+        pl.when((pl.col("status") == NEW) & pl.col("doc_id").is_in(list(stored)))
+        .then(pl.lit(REPAIR))
+        .otherwise(pl.col("status"))
+        .alias("status")
+    )
+
+
 def sync_source(
     store: VectorStore,
     collection: str,
@@ -205,7 +247,7 @@ def sync_source(
         store,
         collection,
         source,
-        inventory,
+        confirm_new_documents(store, collection, source, inventory),
         embedded,
         embedder,
         report=report,
@@ -232,7 +274,11 @@ def sync_batch(
     text_language: str = "english",
 ) -> bool:
     """Sync one batch of a source (its inventory rows and embedded chunks) into `report`;
-    returns whether the store was touched. Call `finish_sync` once after the last batch."""
+    returns whether the store was touched. Call `finish_sync` once after the last batch.
+
+    The chunks of NEW documents are appended (`VectorStore.insert`), the others upserted:
+    the caller passes an inventory that `confirm_new_documents` checked against the store
+    under the collection's lock, before the sync's first write."""
     to_remove = inventory.filter(pl.col("status") == REMOVED)["doc_id"].to_list()
     if embedded.height == 0 and not to_remove:
         return False  # nothing changed: write nothing, not even the manifest
@@ -247,13 +293,27 @@ def sync_batch(
     kill_after = int(os.environ.get(KILL_AFTER_UPSERTS_ENV, "0") or 0)
     done_before = report.upserted
     total = embedded.height
-    for batch in _record_batches(embedded, batch_rows):
-        report.upserted += store.upsert(collection, batch)
-        report.upsert_batches += 1
-        if progress:
-            progress(report.upserted - done_before, total)
-        if kill_after and report.upsert_batches >= kill_after:
-            os.kill(os.getpid(), signal.SIGKILL)
+    # Chunks of documents the store holds nothing of are appended; the rest (changed,
+    # repaired, rescreened documents) replace what is stored by id.
+    new_docs = inventory.filter(pl.col("status") == NEW)["doc_id"]
+    # (A batch with removals only may come as a frame without columns.)
+    is_new = embedded["doc_id"].is_in(new_docs.implode()) if embedded.height else None
+    if is_new is None:
+        parts = []
+    elif is_new.all():  # a first load: no copy of the frame
+        parts = [(store.insert, embedded)]
+    elif not is_new.any():
+        parts = [(store.upsert, embedded)]
+    else:
+        parts = [(store.insert, embedded.filter(is_new)), (store.upsert, embedded.filter(~is_new))]
+    for write, part in parts:
+        for batch in _record_batches(part, batch_rows):
+            report.upserted += write(collection, batch)
+            report.upsert_batches += 1
+            if progress:
+                progress(report.upserted - done_before, total)
+            if kill_after and report.upsert_batches >= kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
 
     # Stale chunks exist only for documents that were stored before.
     needs_stale = set(

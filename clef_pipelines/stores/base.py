@@ -92,6 +92,16 @@ class VectorStore(ABC):
     def upsert(self, collection: str, records: Sequence[Record]) -> int:
         """Insert or replace by id; returns the number of records written."""
 
+    def insert(self, collection: str, records: Sequence[Record]) -> int:
+        """Write records whose ids the collection does not hold; returns the number written.
+
+        The caller knows the ids are new (the sync: chunks of documents the store held no
+        record of, checked under the collection's lock), so a store that can append without
+        looking every id up does (LanceDB: an upsert joins against the whole table, a cost
+        that grows with it). An id that is stored already is the caller's error: the store
+        may then hold it twice. By default an upsert."""
+        return self.upsert(collection, records)
+
     @abstractmethod
     def delete(
         self, collection: str, *, ids: Sequence[str] | None = None, where: Filter | None = None

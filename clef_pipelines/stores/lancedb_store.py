@@ -2,7 +2,12 @@
 
 - One table per collection: ``id`` (string), ``vector`` (fixed-size list of float32), one typed
   column per declared field, ``_extra`` (JSON of undeclared scalar fields).
-- Upserts are ``merge_insert("id")`` (update all / insert all).
+- Upserts are ``merge_insert("id")`` (update all / insert all). `insert` (records whose ids
+  the caller knows are not stored: the sync's chunks of new documents) is a plain append: a
+  ``merge_insert`` joins its slice against every id of the table, scanning the rows the id
+  index does not cover yet (up to ``upkeep_fraction`` of the table between upkeeps), so a
+  load in slices took time quadratic in its size (docs/BENCHMARKS.md, "store_sync in linear
+  time").
 - Scalar indexes (BTREE; BITMAP for bools) on ``id`` and the filter fields. The ANN index
   (IVF_HNSW_SQ by default, see `vector_index_config` for why) is built by `build_indexes`
   (its own ingestion step, after the sync), never inside a write, once a collection holds
@@ -421,10 +426,41 @@ class LanceDBStore(VectorStore):
 
     def upsert(self, collection: str, records: Sequence[Record]) -> int:
         spec = self.get_spec(collection)
+        data = self._arrow_records(spec, records)
+        if data is None:
+            return 0
+        with self._lock:
+            t = self._table(collection)
+            (
+                t.merge_insert("id")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute(data)
+            )
+            self._after_write(spec, data.num_rows)
+        return data.num_rows
+
+    def insert(self, collection: str, records: Sequence[Record]) -> int:
+        """Append (see `VectorStore.insert`): a ``merge_insert`` joins the slice against every
+        id in the table, and against a full scan of the rows the id index does not cover yet
+        (up to ``upkeep_fraction`` of the table between upkeeps), so a load of N rows in
+        slices cost O(N^2); an append costs the slice (docs/BENCHMARKS.md, "store_sync in
+        linear time")."""
+        spec = self.get_spec(collection)
+        data = self._arrow_records(spec, records)
+        if data is None:
+            return 0
+        with self._lock:
+            self._table(collection).add(data, mode="append")
+            self._after_write(spec, data.num_rows)
+        return data.num_rows
+
+    def _arrow_records(self, spec: CollectionSpec, records: Sequence[Record]) -> pa.Table | None:
+        """Records checked and converted to the table's schema; None when there are none."""
         prep = prepare_records(spec, records)
         if not len(prep):
-            return 0
-        n, dim = prep.vectors.shape
+            return None
+        _, dim = prep.vectors.shape
         columns: dict[str, pa.Array] = {
             "id": pa.array(prep.ids, pa.string()),
             "vector": pa.FixedSizeListArray.from_arrays(
@@ -438,17 +474,7 @@ class LanceDBStore(VectorStore):
             columns[_TEXT] = pa.array(
                 [text_of(p, spec.text_fields) for p in prep.payloads], pa.string()
             )
-        data = pa.Table.from_pydict(columns, schema=self._schema(spec))
-        with self._lock:
-            t = self._table(collection)
-            (
-                t.merge_insert("id")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .execute(data)
-            )
-            self._after_write(spec, n)
-        return n
+        return pa.Table.from_pydict(columns, schema=self._schema(spec))
 
     def delete(
         self, collection: str, *, ids: Sequence[str] | None = None, where: Filter | None = None

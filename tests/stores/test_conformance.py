@@ -173,6 +173,28 @@ def test_idempotent_upsert(store: VectorStore) -> None:
     assert store.get("docs", [uid(1)])[0]["text"] == "it's"
 
 
+def test_insert_of_new_ids_reads_back_like_an_upsert(store: VectorStore) -> None:
+    """`insert` (records with ids not stored: LanceDB appends without an id lookup) leaves
+    the same collection as `upsert`: reads, filters, vector and text search, later upserts."""
+    store.ensure_collection(spec())
+    assert store.insert("docs", DATA[:5]) == 5
+    assert store.insert("docs", DATA[5:]) == len(DATA) - 5  # a second append, after the first
+    assert sorted(store.list_ids("docs")) == sorted(BY_ID)
+    assert store.count("docs", where={"doc_id": "b"}) == 2
+    assert store.get("docs", [uid(2)])[0]["text"] == 'quote " and \\ back'
+    assert store.query("docs", vec(6), top_k=1)[0].id == uid(6)
+    assert uid(7) not in [h.id for h in store.query("docs", vec(7), top_k=3)]  # quarantined
+    store.upsert("docs", [rec(1, doc_id="a", n=42)])  # replaces the appended record
+    assert store.count("docs") == len(DATA)
+    assert store.get("docs", [uid(1)])[0]["n"] == 42
+    store.ensure_collection(text_spec())
+    assert store.insert("notes", NOTES[:3]) == 3
+    assert store.insert("notes", NOTES[3:]) == len(NOTES) - 3
+    assert set(text_ids(store, "zebra")) == {uid(100), uid(101)}
+    assert text_ids(store, "mitosis") == [uid(102)]
+    assert text_ids(store, "athletes") == [uid(103)]  # appended after the text index was made
+
+
 def test_replace(store: VectorStore) -> None:
     loaded(store)
     new_vec = vec(100)

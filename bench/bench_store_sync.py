@@ -1,0 +1,251 @@
+"""The `store_sync` step alone, as the table grows (issue 13, item 3: linear time).
+
+Replays the sync of a kept `bench_scale.py` run: its inventory (`source_documents`) and its
+embedded chunks (`embeddings`, the Parquet batches the step reads) go through the step's own
+code (`batch_steps.sync_batches`: writes, stale deletes, manifest, closing upkeep; then the
+totals the asset reads for its metadata) into a fresh LanceDB folder, with the run's
+settings. Prints, every ``--every`` rows, the table's size, the mean milliseconds of a write
+(one slice of `sync_batch_rows` rows, upkeep not included) over that window, and the upkeeps
+run in it; then the step's total seconds, ms per document and per 1,000 chunks, and the peak
+resident memory (`ru_maxrss`; run one size per process so each peak is its own).
+
+    # a kept run (the Parquet intermediates), once per size:
+    nice -n 5 .venv/bin/python bench/bench_scale.py --sizes 50000 --runs first --guard off \\
+        --keep /tmp/scale-keep
+    # the sync step alone, replayed from it:
+    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir /tmp/scale-keep/n50000
+    # only the first N chunks (whole batches are cut at N):
+    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... --rows 100000
+    # before and after side by side: a commit's code and the working tree, two sizes:
+    nice -n 5 .venv/bin/python bench/bench_store_sync.py --compare d358147,. \\
+        --run-dir /tmp/scale-keep/n5000 --run-dir /tmp/scale-keep/n50000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+REPO = Path(__file__).resolve().parents[1]
+# `--code DIR`: import clef_pipelines from DIR (another commit's code, see --compare).
+_pre = argparse.ArgumentParser(add_help=False)
+_pre.add_argument("--code", type=Path)
+sys.path.insert(0, str(_pre.parse_known_args()[0].code or REPO))
+
+from clef_pipelines.config import load_settings  # noqa: E402
+from clef_pipelines.embedding import make_embedder  # noqa: E402
+from clef_pipelines.ingest import batch_steps  # noqa: E402
+from clef_pipelines.ingest.batches import BATCH, FrameBatches  # noqa: E402
+from clef_pipelines.ingest.documents import REMOVED, TO_PROCESS  # noqa: E402
+from clef_pipelines.ingest.process_memory import limit_malloc_arenas, peak_rss_gb  # noqa: E402
+from clef_pipelines.ingest.totals import source_totals  # noqa: E402
+from clef_pipelines.stores import open_store  # noqa: E402
+
+
+class LimitedBatches(FrameBatches):
+    """The run's embedded batches, cut after ``limit`` rows (for --rows)."""
+
+    def __init__(self, directory: Path, limit: int | None) -> None:
+        super().__init__(directory)
+        self.limit = limit
+        self.given = 0
+
+    def read(self, key: int) -> pl.DataFrame:
+        frame = super().read(key)
+        if self.limit is None:
+            return frame
+        frame = frame.head(max(0, self.limit - self.given))
+        self.given += frame.height
+        return frame
+
+
+def _instrument(store: Any, log: list[dict[str, Any]]) -> None:
+    """Time every write, delete and upkeep of the store (wrapping its methods). A write's or
+    delete's time is its own: an upkeep it triggers is logged as an upkeep, not in it."""
+    nested = [0.0]  # seconds of the upkeeps run inside the call being timed
+    kinds = (
+        ("upsert", "write"),
+        ("insert", "write"),
+        ("delete", "delete"),
+        ("_optimize", "upkeep"),
+    )
+    for name, kind in kinds:
+        if not hasattr(store, name):
+            continue
+        real = getattr(store, name)
+
+        def timed(*args: Any, _real: Any = real, _kind: str = kind, **kw: Any) -> Any:
+            outer, nested[0] = nested[0], 0.0
+            t0 = time.perf_counter()
+            out = _real(*args, **kw)
+            took = time.perf_counter() - t0
+            own = took if _kind == "upkeep" else took - nested[0]
+            log.append({"kind": _kind, "s": own})
+            nested[0] = outer + (took if _kind == "upkeep" else 0.0)
+            return out
+
+        setattr(store, name, timed)
+
+
+def compare(a: argparse.Namespace) -> None:
+    """Each run folder with each commit's code (``.``: the working tree), one child process
+    each (so each peak is its own), then one table."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-store-sync-code-") as tmp:
+        for rev in a.compare.split(","):
+            code = REPO
+            if rev != ".":
+                code = Path(tmp) / rev
+                code.mkdir()
+                archive = subprocess.run(
+                    ["git", "-C", str(REPO), "archive", rev, "clef_pipelines"],
+                    check=True,
+                    capture_output=True,
+                ).stdout
+                subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+            for run_dir in a.run_dir:
+                out = Path(tmp) / "summary.json"
+                cmd = [sys.executable, __file__, "--run-dir", str(run_dir), "--code", str(code)]
+                cmd += ["--every", str(a.every), "--source", a.source, "--json", str(out)]
+                if a.rows:
+                    cmd += ["--rows", str(a.rows)]
+                print(f"== {rev} {run_dir}", flush=True)
+                subprocess.run(cmd, check=True)
+                rows.append({"code": rev, **json.loads(out.read_text())})
+    print(
+        "\n| code | documents | chunks | store_sync s | ms per document | writes s | upkeeps "
+        "| upkeeps s | totals s | peak GB | load |\n|---|---:|---:|---:|---:|---:|---:|---:|"
+        "---:|---:|---|"
+    )
+    for r in rows:
+        print(
+            f"| {r['code']} | {r['documents']:,} | {r['chunks']:,} | {r['store_sync_s']} | "
+            f"{r['ms_per_document']} | {r['writes_s']} | {r['upkeeps']} | {r['upkeeps_s']} | "
+            f"{r['totals_s']} | {r['peak_gb']:.2f} | {r['load_start']} to {r['load_end']} |"
+        )
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--run-dir",
+        type=Path,
+        action="append",
+        required=True,
+        help="A kept bench_scale size folder (repeat for several sizes with --compare).",
+    )
+    ap.add_argument("--rows", type=int, help="Only the first N embedded chunks.")
+    ap.add_argument("--every", type=int, default=50_000, help="Rows per progress line.")
+    ap.add_argument("--source", default="scale")
+    ap.add_argument("--json", type=Path, help="Write the summary here too.")
+    ap.add_argument("--code", type=Path, help="Import clef_pipelines from here.")
+    ap.add_argument(
+        "--compare",
+        help="Commits to run, comma-separated ('.': the working tree), each in a child "
+        "process per --run-dir, then one table (e.g. d358147,.).",
+    )
+    a = ap.parse_args()
+    if a.compare:
+        compare(a)
+        return
+    if len(a.run_dir) != 1:
+        ap.error("several --run-dir need --compare")
+    a.run_dir = a.run_dir[0]
+    limit_malloc_arenas()  # as the ingest process does (clef_pipelines/definitions.py)
+    load_start = os.getloadavg()
+    clef = a.run_dir / "state" / "intermediates" / "clef"
+    inventory = pl.read_parquet(clef / "source_documents" / f"{a.source}.parquet")
+    embedded = LimitedBatches(clef / "embeddings" / a.source, a.rows)
+    with tempfile.TemporaryDirectory(prefix="bench-store-sync-") as tmp:
+        raw = json.loads(json.dumps(_yaml(a.run_dir / "bench.yaml")))
+        raw["data_dir"] = tmp
+        cfg = Path(tmp) / "bench.yaml"
+        cfg.write_text(json.dumps(raw))
+        settings = load_settings(cfg)
+        store = open_store(settings.store, settings.data_path)
+        embedder = make_embedder(settings.embedder)
+        touched = inventory.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED]))
+        if a.rows is not None:
+            touched = touched.filter(pl.col(BATCH) <= max(embedded.keys()))
+        log: list[dict[str, Any]] = []
+        _instrument(store, log)
+        batch_rows = settings.sync_batch_rows
+        printed = [0, 0]  # log entries and rows covered by the lines printed so far
+        t0 = time.perf_counter()
+
+        def line(final: bool = False) -> None:
+            part = log[printed[0] :]
+            writes = [e["s"] for e in part if e["kind"] == "write"]
+            upkeeps = [e["s"] for e in part if e["kind"] == "upkeep"]
+            rows = printed[1] + len(writes) * batch_rows
+            if not final and rows - printed[1] < a.every:
+                return
+            print(
+                f"{min(rows, embedded.rows()):>9} rows  {time.perf_counter() - t0:7.1f} s  "
+                f"write {1000 * sum(writes) / max(1, len(writes)):6.0f} ms mean "
+                f"({len(writes)} writes, {sum(writes):6.1f} s)  upkeep {len(upkeeps)} "
+                f"({sum(upkeeps):5.1f} s)  peak {peak_rss_gb():.2f} GB  "
+                f"load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+            printed[0], printed[1] = len(log), rows
+
+        for name in ("upsert", "insert"):
+            real = getattr(store, name)
+
+            def write_and_report(*args: Any, _real: Any = real, **kw: Any) -> Any:
+                out = _real(*args, **kw)
+                line()
+                return out
+
+            setattr(store, name, write_and_report)
+        done = batch_steps.sync_batches(settings, a.source, store, embedder, touched, embedded)
+        line(final=True)
+        # What the asset reads after the sync for its metadata (part of its seconds).
+        t1 = time.perf_counter()
+        collection = settings.collection_of(settings.source(a.source))
+        store.count(collection)
+        source_totals(store, collection, a.source)
+        totals_s = time.perf_counter() - t1
+        seconds = time.perf_counter() - t0
+        docs = done.report.documents_synced
+        summary = {
+            "chunks": done.report.upserted,
+            "documents": docs,
+            "store_sync_s": round(seconds, 1),
+            "ms_per_document": round(1000 * seconds / max(1, docs), 2),
+            "ms_per_1000_chunks": round(1e6 * seconds / max(1, done.report.upserted), 1),
+            "writes": sum(1 for e in log if e["kind"] == "write"),
+            "writes_s": round(sum(e["s"] for e in log if e["kind"] == "write"), 1),
+            "deletes_s": round(sum(e["s"] for e in log if e["kind"] == "delete"), 1),
+            "upkeeps": sum(1 for e in log if e["kind"] == "upkeep"),
+            "upkeeps_s": round(sum(e["s"] for e in log if e["kind"] == "upkeep"), 1),
+            "totals_s": round(totals_s, 1),
+            "peak_gb": peak_rss_gb(),
+            "load_start": round(load_start[0], 2),
+            "load_end": round(os.getloadavg()[0], 2),
+        }
+        print(json.dumps(summary), flush=True)
+        if a.json:
+            a.json.write_text(json.dumps(summary, indent=1))
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(path.read_text()) or {}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""The sync appends the chunks of new documents (no id lookup) and upserts the rest; an
+inventory older than the store must not make it store a record twice.
+
+Real parts: a LanceDB store in a temporary folder, the hash embedder, the sync's own code.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from clef_pipelines.embedding.hashing import HashEmbedder
+from clef_pipelines.ingest.documents import CHANGED, NEW, REPAIR
+from clef_pipelines.ingest.sync import confirm_new_documents, sync_source
+from clef_pipelines.records import content_hash, record_id
+from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+EMBEDDER = HashEmbedder(dimension=16)
+
+
+def chunks(source: str, docs: dict[str, list[str]], doc_hash: str = "h1") -> pl.DataFrame:
+    """Embedded chunks of `docs` (doc id -> chunk texts), as the embeddings step leaves them."""
+    rows = []
+    for doc_id, texts in docs.items():
+        for i, text in enumerate(texts):
+            rows.append(
+                {
+                    "id": record_id(f"{source}\x1f{doc_id}", content_hash(text)),
+                    "source": source,
+                    "doc_id": doc_id,
+                    "chunk_index": i,
+                    "doc_hash": doc_hash,
+                    "doc_chunk_count": len(texts),
+                    "text": text,
+                    "embed_text": text,
+                    "quarantined": False,
+                }
+            )
+    frame = pl.DataFrame(rows)
+    vectors = EMBEDDER.embed(frame["embed_text"].to_list())
+    return frame.with_columns(pl.Series("vector", vectors).cast(pl.List(pl.Float32)))
+
+
+def inventory(source: str, statuses: dict[str, str]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "source": [source] * len(statuses),
+            "doc_id": list(statuses),
+            "status": list(statuses.values()),
+        }
+    )
+
+
+def sync(store: LanceDBStore, source: str, inv: pl.DataFrame, frame: pl.DataFrame) -> None:
+    sync_source(store, "c", source, inv, frame, EMBEDDER, chunker="structural", batch_rows=2)
+
+
+def stored_ids(store: LanceDBStore, source: str) -> Counter[str]:
+    return Counter(r["id"] for r in store.scan("c", where={"source": source}, fields=["id"]))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> LanceDBStore:
+    return LanceDBStore(tmp_path / "lancedb")
+
+
+def test_new_documents_are_appended_and_read_back(store: LanceDBStore) -> None:
+    frame = chunks("a", {"d1": ["one", "two", "three"], "d2": ["four"]})
+    appended: list[int] = []
+    real = store.insert
+
+    def counted(collection: str, records: list) -> int:  # type: ignore[type-arg]
+        appended.append(len(records))
+        return real(collection, records)
+
+    store.insert = counted  # type: ignore[method-assign]
+    sync(store, "a", inventory("a", {"d1": NEW, "d2": NEW}), frame)
+    assert sum(appended) == 4  # every chunk went through the append path
+    assert stored_ids(store, "a") == Counter(frame["id"].to_list())
+
+
+def test_a_stale_inventory_does_not_store_records_twice(store: LanceDBStore) -> None:
+    """The same NEW inventory synced twice (the sync step re-run on an earlier run's
+    intermediates): the second sync finds the documents stored and upserts them."""
+    frame = chunks("a", {"d1": ["one", "two", "three"], "d2": ["four"]})
+    inv = inventory("a", {"d1": NEW, "d2": NEW})
+    sync(store, "a", inv, frame)
+    sync(store, "a", inv, frame)
+    assert stored_ids(store, "a") == Counter(frame["id"].to_list())  # each id once
+    assert store.count("c") == frame.height
+
+
+def test_a_stale_new_document_is_repaired(store: LanceDBStore) -> None:
+    """A document the inventory calls new but the store holds older chunks of (a sync of
+    another version ran since the inventory): it ends holding exactly the current chunks."""
+    old = chunks("a", {"d1": ["old one", "old two"], "d2": ["kept"]}, doc_hash="h0")
+    sync(store, "a", inventory("a", {"d1": NEW, "d2": NEW}), old)
+    current = chunks("a", {"d1": ["new one"], "d3": ["fresh"]}, doc_hash="h1")
+    inv = inventory("a", {"d1": NEW, "d3": NEW})
+    confirmed = confirm_new_documents(store, "c", "a", inv)
+    assert dict(zip(confirmed["doc_id"], confirmed["status"], strict=True)) == {
+        "d1": REPAIR,
+        "d3": NEW,
+    }
+    sync(store, "a", inv, current)
+    expected = Counter(current["id"].to_list()) + Counter(
+        old.filter(pl.col("doc_id") == "d2")["id"]
+    )
+    assert stored_ids(store, "a") == expected
+
+
+def test_another_sources_documents_are_not_touched(store: LanceDBStore) -> None:
+    """The same document id in another source neither demotes a new document nor is
+    changed by its sync."""
+    theirs = chunks("b", {"d1": ["theirs one", "theirs two"]})
+    sync(store, "b", inventory("b", {"d1": NEW}), theirs)
+    ours = chunks("a", {"d1": ["ours"]})
+    inv = inventory("a", {"d1": NEW})
+    assert confirm_new_documents(store, "c", "a", inv)["status"].to_list() == [NEW]
+    sync(store, "a", inv, ours)
+    assert stored_ids(store, "b") == Counter(theirs["id"].to_list())
+    assert stored_ids(store, "a") == Counter(ours["id"].to_list())
+    # A changed document of ours is upserted and its stale chunk deleted; theirs stays.
+    edited = chunks("a", {"d1": ["ours edited"]}, doc_hash="h2")
+    sync(store, "a", inventory("a", {"d1": CHANGED}), edited)
+    assert stored_ids(store, "a") == Counter(edited["id"].to_list())
+    assert stored_ids(store, "b") == Counter(theirs["id"].to_list())
