@@ -16,6 +16,8 @@ resident memory (`ru_maxrss`; run one size per process so each peak is its own).
     nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir /tmp/scale-keep/n50000
     # only the first N chunks (whole batches are cut at N):
     nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... --rows 100000
+    # four copies of the run's documents, each with ids of its own (4 times the size):
+    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... --repeat 4
     # before and after side by side: a commit's code and the working tree, two sizes:
     nice -n 5 .venv/bin/python bench/bench_store_sync.py --compare d358147,. \\
         --run-dir /tmp/scale-keep/n5000 --run-dir /tmp/scale-keep/n50000
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +53,49 @@ from clef_pipelines.ingest.process_memory import limit_malloc_arenas, peak_rss_g
 from clef_pipelines.ingest.totals import source_totals  # noqa: E402
 from clef_pipelines.stores import open_store  # noqa: E402
 
+#: Batch keys of the copies made by --repeat: copy r's batch k is r * _STRIDE + k.
+_STRIDE = 1_000_000
 
-class LimitedBatches(FrameBatches):
-    """The run's embedded batches, cut after ``limit`` rows (for --rows)."""
 
-    def __init__(self, directory: Path, limit: int | None) -> None:
+def _copy_ids(ids: pl.Series, r: int) -> pl.Series:
+    """Ids of copy ``r`` (copy 0 keeps the run's own): other valid UUIDs, one per id."""
+    if r == 0:
+        return ids
+    return pl.Series(ids.name, [str(uuid.uuid5(uuid.NAMESPACE_OID, f"{i}:{r}")) for i in ids])
+
+
+def _copy_docs(frame: pl.DataFrame, r: int) -> pl.DataFrame:
+    """Copy ``r`` of a frame with ``doc_id`` and ``batch`` (and ``id``, if any) made its own."""
+    if r == 0:
+        return frame
+    out = frame.with_columns(
+        (pl.col("doc_id") + f"~{r}").alias("doc_id"),
+        (pl.col(BATCH) + r * _STRIDE).alias(BATCH),
+    )
+    return out.with_columns(_copy_ids(out["id"], r)) if "id" in out.columns else out
+
+
+class ReplayedBatches(FrameBatches):
+    """The run's embedded batches, cut after ``limit`` rows (--rows), or ``repeat`` copies of
+    them, each with document ids and record ids of its own (--repeat: a source that many
+    times the run's size, with the same documents' text and vectors)."""
+
+    def __init__(self, directory: Path, limit: int | None, repeat: int = 1) -> None:
         super().__init__(directory)
         self.limit = limit
+        self.repeat = repeat
         self.given = 0
 
+    def keys(self) -> list[int]:
+        own = list(self.index())  # the run's batch keys
+        return [r * _STRIDE + k for r in range(self.repeat) for k in own]
+
+    def rows(self) -> int:
+        return super().rows() * self.repeat
+
     def read(self, key: int) -> pl.DataFrame:
-        frame = super().read(key)
+        r, k = divmod(key, _STRIDE)
+        frame = _copy_docs(super().read(k), r)
         if self.limit is None:
             return frame
         frame = frame.head(max(0, self.limit - self.given))
@@ -118,6 +153,8 @@ def compare(a: argparse.Namespace) -> None:
                 cmd += ["--every", str(a.every), "--source", a.source, "--json", str(out)]
                 if a.rows:
                     cmd += ["--rows", str(a.rows)]
+                if a.repeat != 1:
+                    cmd += ["--repeat", str(a.repeat)]
                 print(f"== {rev} {run_dir}", flush=True)
                 subprocess.run(cmd, check=True)
                 rows.append({"code": rev, **json.loads(out.read_text())})
@@ -146,6 +183,12 @@ def main() -> None:
         help="A kept bench_scale size folder (repeat for several sizes with --compare).",
     )
     ap.add_argument("--rows", type=int, help="Only the first N embedded chunks.")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="Sync K copies of the run's documents (own doc and record ids): K times the size.",
+    )
     ap.add_argument("--every", type=int, default=50_000, help="Rows per progress line.")
     ap.add_argument("--source", default="scale")
     ap.add_argument("--json", type=Path, help="Write the summary here too.")
@@ -166,7 +209,8 @@ def main() -> None:
     load_start = os.getloadavg()
     clef = a.run_dir / "state" / "intermediates" / "clef"
     inventory = pl.read_parquet(clef / "source_documents" / f"{a.source}.parquet")
-    embedded = LimitedBatches(clef / "embeddings" / a.source, a.rows)
+    inventory = pl.concat([_copy_docs(inventory, r) for r in range(a.repeat)])
+    embedded = ReplayedBatches(clef / "embeddings" / a.source, a.rows, a.repeat)
     with tempfile.TemporaryDirectory(prefix="bench-store-sync-") as tmp:
         raw = json.loads(json.dumps(_yaml(a.run_dir / "bench.yaml")))
         raw["data_dir"] = tmp
@@ -202,6 +246,8 @@ def main() -> None:
             printed[0], printed[1] = len(log), rows
 
         for name in ("upsert", "insert"):
+            if not hasattr(store, name):  # (no `insert` before it was added)
+                continue
             real = getattr(store, name)
 
             def write_and_report(*args: Any, _real: Any = real, **kw: Any) -> Any:
