@@ -2,14 +2,20 @@
 
     .venv/bin/python bench/bench_scale.py --sizes 5000,50000 [--store lancedb] [--keep DIR]
         [--batch-documents 2000] [--runs first,unchanged,edited] [--guard off|on]
+        [--index on|off]
 
 For each size it generates the corpus (seeded, so every run sees the same documents), then runs
 the Dagster ingestion job three times, each in a fresh child process: the first run, an
 unchanged rerun, and a rerun after 1% of the documents were edited. For each run: wall time,
 peak resident memory of the child (``wait4``'s ``ru_maxrss``: the whole ingestion, Dagster
 included), and each step's own seconds from its materialisation metadata. The hash embedder
-makes the figures the pipeline's own cost, not a model's. Prints a markdown table and writes
-the rows as JSON next to the work folder.
+makes the figures the pipeline's own cost, not a model's. Each run also reports the child's CPU
+seconds (user + system, from ``wait4``): on a shared machine the wall time follows the load,
+the CPU time much less, so CPU ms per document is the figure to compare across sizes when the
+load moved. ``--index off`` leaves the LanceDB ANN index unbuilt (its threshold above any
+size here), for a run of the streaming steps alone; ``bench/bench_index_segments.py`` measures
+the segmented build on its own. Prints a markdown table and writes the rows as JSON next to
+the work folder.
 """
 
 from __future__ import annotations
@@ -131,6 +137,7 @@ def measured_run(config: Path, work: Path, label: str) -> dict[str, Any]:
     row: dict[str, Any] = {
         "run": label,
         "wall_s": round(wall, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_rss_gb": round(usage.ru_maxrss / 1024 / 1024, 2),  # ru_maxrss is in KiB on Linux
         # 1-minute load average at the start and end of the run: the machine is shared.
         "load": f"{load_before:.1f}-{os.getloadavg()[0]:.1f}",
@@ -154,7 +161,13 @@ def measured_run(config: Path, work: Path, label: str) -> dict[str, Any]:
 
 
 def bench_size(
-    n: int, root: Path, store: str, batch_documents: int | None, runs: list[str], guard: str
+    n: int,
+    root: Path,
+    store: str,
+    batch_documents: int | None,
+    runs: list[str],
+    guard: str,
+    index: str = "on",
 ) -> list[dict[str, Any]]:
     work = root / f"n{n}"
     work.mkdir(parents=True, exist_ok=True)
@@ -170,7 +183,12 @@ def bench_size(
                 "collection": "scale",
                 "sources": [{"name": "scale", "path": str(corpus), "kind": "jsonl"}],
                 "embedder": {"kind": "hash", "dimension": 384},
-                "store": {"kind": store},
+                "store": {
+                    "kind": store,
+                    # `--index off`: no ANN build at any size here (queries would search
+                    # exactly); the streaming steps' cost alone.
+                    **({"lancedb": {"index_threshold": 10**12}} if index == "off" else {}),
+                },
                 **({"batching": {"batch_documents": batch_documents}} if batch_documents else {}),
                 # The offline guard runs MiniLM over every paragraph: a model's cost, like an
                 # embedder's. Off by default here so the figures are the pipeline's own, as
@@ -201,14 +219,16 @@ def table(rows: list[dict[str, Any]]) -> str:
 
     lines = [
         "| documents | run | wall s | peak GB | source_documents s | parsed_blocks s | chunks s "
-        "| embeddings s | store_sync s | vector_indexes s | chunks | writes | ms per doc | load |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| embeddings s | store_sync s | vector_indexes s | chunks | writes | ms per doc "
+        "| CPU ms per doc | load |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['documents']:,} | {r['run']} | {s(r['wall_s'])} | {s(r['peak_rss_gb'])} | "
             + " | ".join(s(r.get(f"{k}_s")) for k in (*STEPS, "vector_indexes"))
-            + f" | {r['chunks']:,} | {r['writes']:,} | {1000 * r['wall_s'] / r['documents']:.2f} | {r.get('load', '')} |"
+            + f" | {r['chunks']:,} | {r['writes']:,} | {1000 * r['wall_s'] / r['documents']:.2f}"
+            + f" | {1000 * r.get('cpu_s', 0) / r['documents']:.2f} | {r.get('load', '')} |"
         )
     return "\n".join(lines)
 
@@ -235,6 +255,12 @@ def main() -> None:
         help="steering.guard.mode of the runs (off: the pipeline's own cost; on: the default "
         "configuration, MiniLM over every paragraph).",
     )
+    parser.add_argument(
+        "--index",
+        default="on",
+        choices=["on", "off"],
+        help="off: the LanceDB ANN index is not built (the streaming steps alone).",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -248,12 +274,19 @@ def main() -> None:
         for n in sizes:
             rows.extend(
                 bench_size(
-                    n, root, args.store, args.batch_documents, args.runs.split(","), args.guard
+                    n,
+                    root,
+                    args.store,
+                    args.batch_documents,
+                    args.runs.split(","),
+                    args.guard,
+                    args.index,
                 )
             )
             (root / "bench_scale.json").write_text(json.dumps(rows, indent=1))
     print(
-        f"\nstore {args.store}, hash embedder (384-d), guard {args.guard}, {os.cpu_count()} CPUs\n"
+        f"\nstore {args.store}, hash embedder (384-d), guard {args.guard}, ANN index "
+        f"{args.index}, {os.cpu_count()} CPUs\n"
     )
     print(table(rows))
 
