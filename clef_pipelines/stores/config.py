@@ -65,6 +65,14 @@ class LanceDBConfig(StrictModel):
         "segment, so fewer, larger segments query faster. 0: one index over the whole table, "
         "rebuilt when the table has doubled.",
     )
+    metadata_cache_mb: int = Field(
+        128,
+        ge=1,
+        description="Memory LanceDB's metadata cache may hold (manifests, fragment and file "
+        "metadata). Every write is a table version whose manifest lists every fragment, and "
+        "its default cache kept them all: a load's memory grew with the square of its writes "
+        "between upkeeps (0.86 GB of cache after 1,200 appends of 512 rows).",
+    )
 
 
 class QdrantConfig(StrictModel):

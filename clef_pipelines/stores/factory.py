@@ -50,6 +50,7 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             upkeep_fraction=c.upkeep_fraction,
             compaction_target_rows=c.compaction_target_rows,
             index_segment_rows=c.index_segment_rows,
+            metadata_cache_mb=c.metadata_cache_mb,
         )
     if kind == "qdrant":
         try:

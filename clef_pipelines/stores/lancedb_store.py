@@ -283,6 +283,7 @@ class LanceDBStore(VectorStore):
         upkeep_fraction: float = 0.5,
         compaction_target_rows: int = 16_384,
         index_segment_rows: int = 100_000,
+        metadata_cache_mb: int = 128,
     ) -> None:
         import lancedb
 
@@ -300,7 +301,15 @@ class LanceDBStore(VectorStore):
         self.compaction_target_rows = compaction_target_rows
         self.index_segment_rows = index_segment_rows
         # Strong consistency: other processes (Dagster steps) may write the same tables.
-        self._db = lancedb.connect(str(self.path), read_consistency_interval=timedelta(0))
+        # A bounded metadata cache: every write is a version whose manifest lists every
+        # fragment, and LanceDB's default cache kept each one it read, so a load's memory grew
+        # with the square of its writes between upkeeps (0.86 GB of cache after 1,200 appends
+        # of 512 rows; flat at the bound with it, and the appends as fast: docs/BENCHMARKS.md,
+        # "store_sync in linear time").
+        session = lancedb.Session(metadata_cache_size_bytes=metadata_cache_mb * 1024 * 1024)
+        self._db = lancedb.connect(
+            str(self.path), read_consistency_interval=timedelta(0), session=session
+        )
         self._tables: dict[str, Any] = {}
         self._specs: dict[str, CollectionSpec] = {}
         self._writes: dict[str, int] = {}
