@@ -103,7 +103,7 @@ class ReplayedBatches(FrameBatches):
         return frame
 
 
-def _instrument(store: Any, log: list[dict[str, Any]]) -> None:
+def _instrument(store: Any, log: list[dict[str, Any]], upkeep_lines: bool = False) -> None:
     """Time every write, delete and upkeep of the store (wrapping its methods). A write's or
     delete's time is its own: an upkeep it triggers is logged as an upkeep, not in it."""
     nested = [0.0]  # seconds of the upkeeps run inside the call being timed
@@ -125,6 +125,12 @@ def _instrument(store: Any, log: list[dict[str, Any]]) -> None:
             took = time.perf_counter() - t0
             own = took if _kind == "upkeep" else took - nested[0]
             log.append({"kind": _kind, "s": own})
+            if _kind == "upkeep" and upkeep_lines:
+                print(
+                    f"  upkeep at {store.count(*args[:1])} rows: {took:.1f} s, "
+                    f"peak {peak_rss_gb():.2f} GB",
+                    flush=True,
+                )
             nested[0] = outer + (took if _kind == "upkeep" else 0.0)
             return out
 
@@ -190,6 +196,7 @@ def main() -> None:
         help="Sync K copies of the run's documents (own doc and record ids): K times the size.",
     )
     ap.add_argument("--every", type=int, default=50_000, help="Rows per progress line.")
+    ap.add_argument("--upkeeps", action="store_true", help="A line per upkeep.")
     ap.add_argument("--source", default="scale")
     ap.add_argument("--json", type=Path, help="Write the summary here too.")
     ap.add_argument("--code", type=Path, help="Import clef_pipelines from here.")
@@ -223,7 +230,7 @@ def main() -> None:
         if a.rows is not None:
             touched = touched.filter(pl.col(BATCH) <= max(embedded.keys()))
         log: list[dict[str, Any]] = []
-        _instrument(store, log)
+        _instrument(store, log, a.upkeeps)
         batch_rows = settings.sync_batch_rows
         printed = [0, 0]  # log entries and rows covered by the lines printed so far
         t0 = time.perf_counter()
