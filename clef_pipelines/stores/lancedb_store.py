@@ -41,6 +41,9 @@
   the first write; rows written after it are searched directly (flat) until an upkeep or
   `ensure_text_index` folds them in, and updates/deletes are deletion vectors, so an edited
   or removed record's old text is never matched and nothing is ever rebuilt.
+- LanceDB's metadata cache is bounded (``metadata_cache_mb``): every write is a table version
+  whose manifest lists every fragment, and the default cache kept each one it read, so a
+  load's memory grew with the square of its writes between upkeeps.
 - Spec and manifest live in ``<path>/_clef_meta/<collection>.json``.
 """
 
