@@ -200,8 +200,8 @@ def confirm_new_documents(
     Why: the sync appends the chunks of NEW documents without looking their ids up
     (`VectorStore.insert`), which is only right when the store holds no record of them. The
     inventory says so as of when it was taken; an inventory older than the store (the sync
-    step re-run alone on an earlier run's intermediates, a sync killed after the inventory
-    of a run still to come was taken) would append records twice. Called once per sync,
+    step re-run alone on an earlier run's intermediates, or another run's sync of the source
+    between this run's inventory and its sync) would append records twice. Called once per sync,
     under the collection's lock and before anything is written: when the store holds no
     record of the source (a first load) that is one count, else one count per
     `_CONFIRM_CHUNK` new documents on the indexed ``doc_id``."""
