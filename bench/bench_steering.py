@@ -108,7 +108,9 @@ def breakdown(bodies: list[dict[str, Any]], tok: _HFTokenizer, release: Any) -> 
     the state (each counted alone), the state's keys and JSON punctuation (the rest of the
     state), each question's layout (`FIELD n`, `ID`, `TYPE`, `INSTRUCTION`, `ALLOWED OPTIONS`,
     `END FIELD`), its instruction and its options (`OPTION k: ` and the option's JSON)."""
-    out = dict.fromkeys(("fixed", "texts", "state_json", "layout", "instruction", "options"), 0)
+    out = dict.fromkeys(
+        ("fixed", "texts", "state_json", "layout", "instruction", "options", "release"), 0
+    )
     render = release.render
     for body in bodies:
         out["fixed"] += (
@@ -137,11 +139,9 @@ def breakdown(bodies: list[dict[str, Any]], tok: _HFTokenizer, release: Any) -> 
                     {"option_id": oid} if desc is None else {"option_id": oid, "description": desc}
                 )
                 out["options"] += tok.count(f"OPTION {k + 1}: ") + tok.count(render(sem)) + 1
-        out["release"] = out.get("release", 0) + len(
-            release.encode_record(tok, body, max_length=10**9).input_ids
-        )
+        out["release"] += len(release.encode_record(tok, body, max_length=10**9).input_ids)
     # The parts mirror encode_record segment by segment, so they add up to its count.
-    assert sum(v for k, v in out.items() if k != "release") == out.get("release", 0), out
+    assert sum(v for k, v in out.items() if k != "release") == out["release"], out
     return out
 
 
@@ -157,6 +157,16 @@ def _texts(state: Any) -> list[str]:
 
 
 BREAKDOWN: list[str] = []
+
+
+def _chunking(settings: Any) -> dict[str, Any]:
+    """The chunking settings for the screen where the code takes them (main's did not)."""
+    import inspect
+
+    from clef_pipelines.ingest import stages
+
+    takes = "chunking" in inspect.signature(stages.screen_paragraphs).parameters
+    return {"chunking": settings.chunking} if takes else {}
 
 
 def bench_requests(n: int, context_tokens: int, detail: bool = False) -> list[str]:
@@ -202,7 +212,8 @@ def bench_requests(n: int, context_tokens: int, detail: bool = False) -> list[st
         steering = stages.open_steering(settings, clef)
         try:
             started = time.perf_counter()
-            screened, screen = stages.screen_paragraphs(blocks, steering)
+            # As the pipeline calls it (ingest/batch_steps.py), with the chunking settings.
+            screened, screen = stages.screen_paragraphs(blocks, steering, **_chunking(settings))
             t_screen = time.perf_counter() - started
             screen_bodies = list(fake.requests)
             chunks, _ = stages.chunk_documents(settings, source.name, screened)

@@ -62,7 +62,7 @@ def screen_batches(
     judged: Counter[str] = Counter()
     try:
         for key in keys:
-            screened, part = stages.screen_paragraphs(blocks.read(key), steering)
+            screened, part = stages.screen_paragraphs(blocks.read(key), steering, settings.chunking)
             report = merge_reports(report, part)
             actions.update(screened["screen_action"].to_list())
             judged.update(checks.judged_actions(screened))

@@ -19,7 +19,7 @@ from clef_pipelines.chunking import chunk_blocks, count_tokens_batch
 from clef_pipelines.chunking.models import Chunk, make_embed_text, section_path_of
 from clef_pipelines.chunking.units import render
 from clef_pipelines.clef.client import SyncClefClient
-from clef_pipelines.config import Settings, SourceConfig
+from clef_pipelines.config import ChunkingConfig, Settings, SourceConfig
 from clef_pipelines.ingest.batches import BATCH, BatchWriter
 from clef_pipelines.ingest.documents import TO_PROCESS, EntryState, document_hash
 from clef_pipelines.ingest.metadata import FieldTypes, MetadataError, metadata_fields
@@ -235,10 +235,12 @@ def parse_source_batches(
 
 
 def screen_paragraphs(
-    blocks: pl.DataFrame, steering: Steering
+    blocks: pl.DataFrame, steering: Steering, chunking: ChunkingConfig | None = None
 ) -> tuple[pl.DataFrame, ScreenReport]:
-    """The paragraph screen (see `steering.screen`): keep / drop / quarantine per block."""
-    return screen_blocks(blocks, steering)
+    """The paragraph screen (see `steering.screen`): keep / drop / quarantine per block.
+    With the collection's `chunking` settings, the enrichment's questions about the chunks
+    to come ride along, naming the paragraphs' parts (`steering.preask`)."""
+    return screen_blocks(blocks, steering, chunking=chunking)
 
 
 def _rows_by_doc(frame: pl.DataFrame) -> dict[str, list[dict]]:

@@ -17,6 +17,11 @@ is never named by position:
   once, in the state under the ask's name, and each question reads ``About `s3`: `is_relevant```:
   the wording is paid once per request instead of once per subject (a request about a single
   subject keeps the wording in the question, which is cheaper there).
+- A subject may be sent in ``parts`` (its text cut where chunks will be cut): each part is a
+  state key of its own and the question names them all, in order (``About `s3` `s4`: ...``).
+  Within a request a text is sent once, under one key, whichever subjects it belongs to: a
+  paragraph and the chunks cut from it (subjects of one ``bundle``, which are planned into the
+  same request when they fit one) share their texts instead of sending them again.
 - ``layout="inline"``: each question's instructions are a JSON object carrying the text itself
   (``{"passage": ..., "question": ...}``); the state holds only the context. Costs the text
   once per question; use it when a subject has a single question.
@@ -59,16 +64,19 @@ class Ask:
     criteria: Mapping[str, Any] | Sequence[Any] | None = None
 
     def question(
-        self, subject_ref: str | None, text: str | None, *, shared: bool = False
+        self, subject_ref: str | Sequence[str] | None, text: str | None, *, shared: bool = False
     ) -> dict[str, Any]:
-        """The wire question about one subject: by state key, or with the text inline.
-        `shared`: the wording is in the state under the ask's name; refer to it."""
+        """The wire question about one subject: by state key (or the keys of its parts, in
+        order), or with the text inline. `shared`: the wording is in the state under the ask's
+        name; refer to it."""
+        refs = [subject_ref] if isinstance(subject_ref, str) or subject_ref is None else subject_ref
+        about = " ".join(f"`{r}`" for r in refs)
         if text is not None:
             instructions: Any = {"passage": text, "question": self.instructions}
         elif shared:
-            instructions = f"About `{subject_ref}`: `{self.name}`"
+            instructions = f"About {about}: `{self.name}`"
         else:
-            instructions = f"About `{subject_ref}`: {self.instructions}"
+            instructions = f"About {about}: {self.instructions}"
         q: dict[str, Any] = {"type": self.type, "instructions": instructions}
         if self.criteria is not None:
             q["criteria"] = (
@@ -80,11 +88,22 @@ class Ask:
 @dataclass(frozen=True)
 class Subject:
     """One thing questions are asked about. `key` is the caller's id (a chunk id, a block
-    index ...) and is never sent; `asks` narrows which asks apply (None: all of them)."""
+    index ...) and is never sent; `asks` narrows which asks apply (None: all of them).
+
+    `parts`: the text as sent, in pieces (each under its own state key, named in order by the
+    question); None sends `text` whole. `text` stays what the subject is (the answer cache's
+    key). `bundle`: subjects sharing a bundle (consecutive in the list) go in one request
+    when they fit one, so the texts they share are sent once."""
 
     key: str
     text: str
     asks: tuple[str, ...] | None = None
+    parts: tuple[str, ...] | None = None
+    bundle: str | None = None
+
+    def sent(self) -> tuple[str, ...]:
+        """The texts sent for this subject (state layout)."""
+        return self.parts if self.parts else (self.text,)
 
 
 @dataclass
@@ -104,7 +123,10 @@ class PackedResult:
 
 @dataclass
 class _Group:
-    subjects: list[tuple[str, Subject, list[Ask]]] = field(default_factory=list)
+    #: (the state keys the subject is sent under, the subject, its asks)
+    subjects: list[tuple[tuple[str, ...], Subject, list[Ask]]] = field(default_factory=list)
+    #: state key -> text, each text once per request
+    texts: dict[str, str] = field(default_factory=dict)
     questions: int = 0
     tokens: int = 0
 
@@ -147,49 +169,102 @@ def plan_groups(
     # A small margin: the client counts question headers by their place in the whole request.
     room = client.context_tokens - PROMPT_OVERHEAD_TOKENS - state_tokens(counter, fixed)
     budget = int(room * 0.97) - 8
-    groups: list[_Group] = [_Group()]
+    # One state key per distinct text, numbered in order of first appearance: a text shared by
+    # several subjects (a paragraph and the chunks cut from it) is sent once per request.
+    refs: dict[str, str] = {}
+    text_of: dict[str, str] = {}
+    text_cost: dict[str, int] = {}
+
+    def ref_of(text: str) -> str:
+        ref = refs.get(text)
+        if ref is None:
+            ref = refs[text] = f"{_KEY_PREFIX}{len(refs) + 1}"
+            text_of[ref] = text
+            # The text's share of the state: its key and value inside the state object.
+            text_cost[ref] = counter.count(f'"{ref}": ') + state_tokens(counter, text)
+        return ref
+
+    planned: list[tuple[tuple[str, ...], Subject, list[Ask], int]] = []
     too_large: dict[str, str] = {}
     seen: set[str] = set()
-    for n, subject in enumerate(subjects, start=1):
+    for subject in subjects:
         if subject.key in seen:
             raise ValueError(f"subject keys must be unique; repeated: {subject.key!r}")
         seen.add(subject.key)
         mine = _asks_for(subject, asks)
         if not mine:
             continue
-        ref = f"{_KEY_PREFIX}{n}"
         if layout == "state_key":
-            # The text's share of the state: its key and value inside the state object.
-            cost = counter.count(f'"{ref}": ') + state_tokens(counter, subject.text)
+            keys = tuple(ref_of(t) for t in subject.sent())
             inline = None
         else:
-            cost = 0
+            keys = (ref_of(subject.text),)
             inline = subject.text
+        cost = 0
         for i, a in enumerate(mine, start=1):
             cost += question_tokens(
-                counter, f"{ref}.{a.name}", a.question(ref, inline, shared=shared), i
+                counter, f"{keys[0]}.{a.name}", a.question(keys, inline, shared=shared), i
             )
-        if len(mine) > MAX_QUESTIONS or cost > budget:
+        alone = cost + (sum(text_cost[r] for r in set(keys)) if layout == "state_key" else 0)
+        if len(mine) > MAX_QUESTIONS or alone > budget:
             too_large[subject.key] = (
-                f"{len(mine)} questions and {cost} tokens do not fit one request "
+                f"{len(mine)} questions and {alone} tokens do not fit one request "
                 f"(at most {MAX_QUESTIONS} questions and {budget} tokens beside the context); "
                 "texts are never truncated: split the subject"
             )
             continue
-        g = groups[-1]
-        full = (
-            g.questions + len(mine) > MAX_QUESTIONS
-            or g.tokens + cost > budget
-            or (
-                max_subjects_per_request is not None and len(g.subjects) >= max_subjects_per_request
-            )
+        planned.append((keys, subject, mine, cost))
+
+    def new_texts(g: _Group, keys: Sequence[str]) -> set[str]:
+        return {r for r in keys if r not in g.texts} if layout == "state_key" else set()
+
+    def fits(g: _Group, members: Sequence[tuple[tuple[str, ...], Subject, list[Ask], int]]) -> bool:
+        keys = {r for m in members for r in m[0]}
+        tokens = g.tokens + sum(m[3] for m in members)
+        tokens += sum(text_cost[r] for r in new_texts(g, list(keys)))
+        questions = g.questions + sum(len(m[2]) for m in members)
+        subjects = len(g.subjects) + len(members)
+        return (
+            questions <= MAX_QUESTIONS
+            and tokens <= budget
+            and (max_subjects_per_request is None or subjects <= max_subjects_per_request)
         )
-        if g.subjects and full:
-            g = _Group()
-            groups.append(g)
-        g.subjects.append((ref, subject, mine))
+
+    def add(g: _Group, member: tuple[tuple[str, ...], Subject, list[Ask], int]) -> None:
+        keys, subject, mine, cost = member
+        for r in new_texts(g, keys):
+            g.texts[r] = text_of[r]
+            g.tokens += text_cost[r]
+        g.subjects.append((keys, subject, mine))
         g.questions += len(mine)
         g.tokens += cost
+
+    # Units placed whole: a bundle (consecutive subjects sharing one), or a subject alone.
+    units: list[list[tuple[tuple[str, ...], Subject, list[Ask], int]]] = []
+    for member in planned:
+        b = member[1].bundle
+        if b is not None and units and units[-1][0][1].bundle == b:
+            units[-1].append(member)
+        else:
+            units.append([member])
+    groups: list[_Group] = [_Group()]
+    for unit in units:
+        g = groups[-1]
+        if not fits(g, unit):
+            if g.subjects:
+                g = _Group()
+                groups.append(g)
+            if not fits(g, unit):
+                # A bundle too large for one request: its subjects go one by one (each sends
+                # its own texts), never dropped.
+                for member in unit:
+                    if not fits(g, [member]) and g.subjects:
+                        g = _Group()
+                        groups.append(g)
+                    add(g, member)
+                continue
+        for member in unit:
+            add(g, member)
     return [g for g in groups if g.subjects], too_large
 
 
@@ -207,13 +282,17 @@ def _request(
     if shared:
         used: dict[str, Ask] = {a.name: a for _, _, mine in group.subjects for a in mine}
         state.update(_wording(list(used.values())))
-    for ref, subject, mine in group.subjects:
-        if layout == "state_key":
-            state[ref] = subject.text
+    if layout == "state_key":
+        state.update(group.texts)
+    for keys, subject, mine in group.subjects:
         for a in mine:
-            qid = f"{ref}.{a.name}"
+            qid = f"{keys[0]}.{a.name}"
+            n = 1
+            while qid in questions:  # two subjects with the same text and ask: ids stay unique
+                n += 1
+                qid = f"{keys[0]}.{a.name}.{n}"
             text = subject.text if layout == "inline" else None
-            questions[qid] = a.question(ref, text, shared=shared)
+            questions[qid] = a.question(keys, text, shared=shared)
             owners[qid] = (subject.key, a.name)
     return state, questions, owners
 

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -123,7 +123,7 @@ class Steering:
                     out.answers.setdefault(s.key, {})[name] = _ANSWER.validate_python(hit)
                     out.cached += 1
             if missing:
-                todo.append(Subject(s.key, s.text, tuple(missing)))
+                todo.append(replace(s, asks=tuple(missing)))
         if not todo:
             return out
         before = client.usage.snapshot()

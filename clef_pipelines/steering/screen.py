@@ -24,8 +24,15 @@ from typing import Any
 import polars as pl
 
 from clef_pipelines.clef.wire import ChoiceAnswer
+from clef_pipelines.config import ChunkingConfig
 from clef_pipelines.steering.packing import Subject
-from clef_pipelines.steering.questions import SCREEN_ASK, SCREEN_BOILERPLATE, SCREEN_INSTRUCTS_AI
+from clef_pipelines.steering.preask import PreaskPlan, plan_preask
+from clef_pipelines.steering.questions import (
+    SCREEN_ASK,
+    SCREEN_BOILERPLATE,
+    SCREEN_INSTRUCTS_AI,
+    enrichment_asks,
+)
 from clef_pipelines.steering.runtime import Steering
 
 KEEP, DROP, QUARANTINE = "keep", "drop", "quarantine"
@@ -62,6 +69,10 @@ class ScreenReport:
     requests: int = 0
     input_tokens: int = 0
     cached_answers: int = 0
+    #: Predicted chunks whose enrichment questions rode along with the screen (answers kept
+    #: in the answer cache for the enrichment), and how many of those failed to be answered.
+    preasked_chunks: int = 0
+    preask_failed: int = 0
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -81,8 +92,34 @@ def _injection(flags: dict[str, bool], judges: str) -> tuple[bool, list[str]]:
     return bool(said), said
 
 
-def screen_blocks(blocks: pl.DataFrame, steering: Steering) -> tuple[pl.DataFrame, ScreenReport]:
-    """Judge every screenable block; returns the blocks with the screen columns, and a report."""
+def _preask_plan(
+    blocks: pl.DataFrame,
+    screenable: list[int],
+    steering: Steering,
+    chunking: ChunkingConfig | None,
+) -> tuple[PreaskPlan, list[Any]]:
+    """What the enrichment can ask with the screen (see `steering.preask`), and its asks."""
+    cfg = steering.cfg
+    if (
+        chunking is None
+        or cfg.enrich.mode == "off"
+        or cfg.screen.layout != "state_key"
+        or steering.cache is None  # nowhere to keep the answers for the enrichment
+    ):
+        return PreaskPlan(), []
+    asks = enrichment_asks(cfg.enrich, steering.taxonomy())
+    names = tuple(a.name for a in asks)
+    return plan_preask(blocks, screenable, chunking, names), asks
+
+
+def screen_blocks(
+    blocks: pl.DataFrame, steering: Steering, *, chunking: ChunkingConfig | None = None
+) -> tuple[pl.DataFrame, ScreenReport]:
+    """Judge every screenable block; returns the blocks with the screen columns, and a report.
+
+    `chunking`: the collection's chunking settings; with them the chunks are predicted and
+    the enrichment's questions about them are asked in the screen's requests, naming the
+    paragraphs' parts instead of sending the text again (`steering.preask`)."""
     started = time.perf_counter()
     cfg = steering.cfg
     rep = ScreenReport(blocks=blocks.height, judges=cfg.screen.judges)
@@ -103,12 +140,29 @@ def screen_blocks(blocks: pl.DataFrame, steering: Steering) -> tuple[pl.DataFram
         rep.clef = "unavailable"
     else:
         rep.clef = clef_mode
-        subjects = [Subject(str(i), texts[i]) for i in screenable]
+        plan, more_asks = _preask_plan(blocks, screenable, steering, chunking)
+        subjects: list[Subject] = []
+        for i in screenable:
+            subjects.append(
+                Subject(
+                    str(i),
+                    texts[i],
+                    (SCREEN_ASK.name,) if more_asks else None,
+                    plan.parts.get(i),
+                    plan.bundle.get(i),
+                )
+            )
+            subjects.extend(plan.chunks_after.get(i, ()))
         asked = steering.ask(
             subjects,
-            [SCREEN_ASK],
+            [SCREEN_ASK, *more_asks],
             layout=cfg.screen.layout,
             max_subjects_per_request=cfg.screen.max_subjects_per_request,
+        )
+        rep.preasked_chunks = len(plan.chunks)
+        wanted = {a.name for a in more_asks}
+        rep.preask_failed = sum(
+            1 for c in plan.chunks if set(asked.answers.get(c.key, {})) < wanted
         )
         rep.requests, rep.input_tokens, rep.cached_answers = (
             asked.requests,
@@ -122,7 +176,9 @@ def screen_blocks(blocks: pl.DataFrame, steering: Steering) -> tuple[pl.DataFram
                 p_ai[i] = float(answer.probabilities.get(SCREEN_INSTRUCTS_AI, 0.0))
             else:
                 failed.add(i)
-        rep.failures = sorted(set(asked.failed.values()))
+        # The screen's failures only: a chunk asked along that failed is asked again by the
+        # enrichment (counted in `preask_failed`), its paragraph is not re-screened for it.
+        rep.failures = sorted({r for k, r in asked.failed.items() if not k.startswith("chunk:")})
 
     # --- guard ------------------------------------------------------------------------
     guard_mode = cfg.guard.mode
