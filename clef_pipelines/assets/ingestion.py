@@ -275,6 +275,9 @@ def screened_paragraphs(
             "clef_requests": report.requests,
             "clef_input_tokens": report.input_tokens,
             "cached_answers": report.cached_answers,
+            # Chunks whose enrichment questions were asked with the screen (steering.preask).
+            "preasked_chunks": report.preasked_chunks,
+            "preask_failed": report.preask_failed,
             **_batch_metadata(screened_batches),
             "seconds": report.seconds,
         },

@@ -13,11 +13,23 @@ def choice(probs: dict[str, float]) -> dict[str, Any]:
     return {"type": "choice", "choice": top, "confidence": probs[top], "probabilities": probs}
 
 
-def subject_text(question: dict[str, Any], state: Any) -> str:
+def subject_parts(question: dict[str, Any], state: Any) -> list[str]:
+    """The texts a question names, in order: its passage inline, or every state key it names
+    in backticks (a paragraph sent in parts names them all)."""
     ins = question["instructions"]
     if isinstance(ins, dict):
-        return ins["passage"]
-    return state[ins.split("`")[1]]
+        return [ins["passage"]]
+    about = ins.split(":", 1)[0]
+    return [state[ref] for ref in about.split("`")[1::2] if ref in state]
+
+
+def subject_text(question: dict[str, Any], state: Any) -> str:
+    return " ".join(subject_parts(question, state))
+
+
+def same_text(a: str, b: str) -> bool:
+    """Equal but for whitespace (parts are sent without the spaces between them)."""
+    return a.split() == b.split()
 
 
 def screen_probs(text: str) -> dict[str, float]:
