@@ -250,3 +250,82 @@ def test_shared_wording_is_sent_once_per_request_and_answers_follow_their_subjec
         )
 
     assert tokens(fake.requests) < tokens(sent_plain)
+
+
+def joined(question: dict[str, Any], state: Any) -> str:
+    """Every state key the question names, in order, joined (a subject sent in parts)."""
+    refs = question["instructions"].split(":", 1)[0].split("`")[1::2]
+    return " ".join(state[r] for r in refs)
+
+
+def test_parts_are_sent_once_and_answers_follow_their_subject(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    """A paragraph sent in parts and chunks made of those parts (one bundle): each text goes
+    once, each question names its parts in order, each answer lands on its own subject."""
+    seen: dict[str, str] = {}
+
+    def answer(qid: str, q: dict[str, Any], state: Any) -> float:
+        text = joined(q, state)
+        seen[qid] = text
+        # A number that follows the whole text named, so a wrong part or order shows.
+        return round((sum(map(ord, text)) * 7919 % 997) / 1000, 4)
+
+    fake.answer_with(answer)
+    subjects: list[Subject] = []
+    expected: dict[str, str] = {}
+    for d in range(12):
+        a, b, c = (f"Doc {d} part {p}: uploads resume after a drop." for p in "abc")
+        para = Subject(f"p{d}", f"{a} {b} {c}", ("boilerplate",), (a, b, c), f"b{d}")
+        chunks = [
+            Subject(f"c{d}.0", f"{a} {b}", ("instructs_ai",), (a, b), f"b{d}"),
+            Subject(f"c{d}.1", c, ("instructs_ai",), (c,), f"b{d}"),
+        ]
+        subjects += [para, *chunks]
+        expected[para.key] = f"{a} {b} {c}"
+        expected.update({s.key: " ".join(s.parts or ()) for s in chunks})
+    # The same text under two subjects and the same ask: question ids stay apart.
+    subjects.append(Subject("twin-1", "Same text.", ("boilerplate",)))
+    subjects.append(Subject("twin-2", "Same text.", ("boilerplate",)))
+    expected["twin-1"] = expected["twin-2"] = "Same text."
+
+    async def go() -> Any:
+        async with client_for(fake, tmp_path, context_tokens=1500) as c:
+            return await ask_packed(c, subjects, ASKS)
+
+    res = run(go())
+    assert not res.failed and res.requests == len(fake.requests) > 1
+    for s in subjects:
+        (name,) = s.asks or ()
+        want = round((sum(map(ord, expected[s.key])) * 7919 % 997) / 1000, 4)
+        assert res.noul(s.key, name) == want, s.key
+    for body in fake.requests:
+        texts = [v for k, v in body["state"].items()]
+        assert len(texts) == len(set(texts))  # each text once per request
+    # A bundle is never split across requests when it fits one.
+    by_doc: dict[str, set[int]] = {}
+    for n, body in enumerate(fake.requests):
+        for q in body["questions"].values():
+            text = joined(q, body["state"])
+            if text.startswith("Doc "):
+                by_doc.setdefault(text.split(" part")[0], set()).add(n)
+    assert by_doc and all(len(v) == 1 for v in by_doc.values())
+
+
+def test_a_bundle_too_large_for_one_request_goes_subject_by_subject(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    fake.answer_with(lambda qid, q, state: 0.5)
+    parts = tuple(f"Part {i} " + "word " * 120 for i in range(6))
+    subjects = [Subject("para", " ".join(parts), ("boilerplate",), parts, "b")] + [
+        Subject(f"chunk{i}", p, ("instructs_ai",), (p,), "b") for i, p in enumerate(parts)
+    ]
+
+    async def go() -> Any:
+        async with client_for(fake, tmp_path, context_tokens=1400) as c:
+            return await ask_packed(c, subjects, ASKS)
+
+    res = run(go())
+    # The paragraph alone needs all six parts; it fits a request, the bundle does not.
+    assert not res.failed and set(res.answers) == {s.key for s in subjects}
+    assert res.requests > 1
