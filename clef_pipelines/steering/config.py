@@ -63,7 +63,12 @@ class ScreenConfig(StrictModel):
         description="Block kinds screened (headings and code never are).",
     )
     layout: Literal["state_key", "inline"] = "state_key"
-    max_subjects_per_request: int | None = Field(None, ge=1, le=64)
+    max_subjects_per_request: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Paragraphs and the chunks asked along with them (steering.preask).",
+    )
 
     @field_validator("kinds")
     @classmethod
