@@ -57,6 +57,17 @@ class ClassifyConfig(StrictModel):
 
     mode: Mode = "on"
     packed: bool = Field(True, description="Several passages share one request.")
+    waves: bool = Field(
+        True,
+        description="Ask in recall order, first about what one request holds (or "
+        "`first_wave` passages), and about the rest only when their answers could still "
+        "change the kept passages or conflicts (`select.order: class` with "
+        "`select.conflicts: ranked`; otherwise every passage is asked at once). Passages "
+        "not asked are dropped as `not_needed`.",
+    )
+    first_wave: int | None = Field(
+        None, ge=1, description="Passages in the first wave at most; None: what one request holds."
+    )
     passages_per_request: int | None = Field(
         None, ge=1, le=64, description="Cap on passages per request (1 allowed); None: fill."
     )
@@ -86,6 +97,19 @@ class SelectConfig(StrictModel):
         "score; threshold: keep only passages over min_relevant and min_evidence.",
     )
     max_passages: int = Field(5, ge=1, le=200, description="Passages kept at most.")
+    order: Literal["class", "probability"] = Field(
+        "class",
+        description="class: passages with P(contains_answer_evidence) >= min_evidence first, "
+        "each class in vector (recall score) order; probability: by the probability itself, "
+        "vector score breaking ties. Only `class` lets classification stop early (waves): "
+        "under `probability` any passage further down could still outrank the kept ones.",
+    )
+    conflicts: Literal["ranked", "all"] = Field(
+        "ranked",
+        description="ranked: a conflict is shown when it ranks above the last kept passage "
+        "(or fewer than max_passages are kept); all: any conflict among the candidates. Both "
+        "show at most max_passages conflicts.",
+    )
     drop_instructs_ai: float = Field(0.70, ge=0, le=1, description="P(instructs_ai) that drops.")
     min_relevant: float = Field(
         0.50, ge=0, le=1, description="P(is_relevant) below which a passage is irrelevant."
@@ -95,7 +119,11 @@ class SelectConfig(StrictModel):
         description="rank strategy: drop passages under min_relevant (compact does by default).",
     )
     min_evidence: float = Field(
-        0.40, ge=0, le=1, description="threshold strategy: P(contains_answer_evidence) to keep."
+        0.40,
+        ge=0,
+        le=1,
+        description="P(contains_answer_evidence) of the evidence class (order: class) and that "
+        "the threshold strategy keeps.",
     )
     conflict: float = Field(
         0.60, ge=0, le=1, description="P(contradicts_query_premise) that marks a conflict."

@@ -21,7 +21,13 @@ from clef_pipelines.steering.candidates import Candidate
 from clef_pipelines.steering.classify import classify
 from clef_pipelines.steering.compact import TokenReport, drop_before_asking, fill_budget
 from clef_pipelines.steering.gate import ask_gate
-from clef_pipelines.steering.select import Selection, select, vector_order
+from clef_pipelines.steering.select import (
+    Selection,
+    select,
+    settled,
+    vector_order,
+    waves_cannot_settle,
+)
 
 Expander = Callable[[list[Candidate]], Awaitable[list[Candidate]]]
 
@@ -71,6 +77,7 @@ async def steer(
     trace = StageTrace("classify", mode=ccfg.mode)
     result.stages.append(trace)
     scored = False
+    not_needed: list[Candidate] = []
     if ccfg.mode == "off":
         trace.skipped = "mode off"
     elif ccfg.mode == "on" and cfg.select.mode == "off":
@@ -81,6 +88,8 @@ async def steer(
             result.degrade(unavailable)
     else:
         assert client is not None
+        scfg = cfg.select
+        no_waves = waves_cannot_settle(scfg) if ccfg.waves else "classify.waves is off"
         try:
             outcome = await classify(
                 client,
@@ -90,6 +99,9 @@ async def steer(
                 layout=ccfg.layout,
                 passages_per_request=ccfg.passages_per_request if ccfg.packed else 1,
                 shared_wording=ccfg.shared_wording,
+                settled=None if no_waves else lambda done, rest: settled(done, rest, scfg),
+                first_wave=ccfg.first_wave,
+                min_first_wave=scfg.max_passages,
             )
         except ClefError as exc:  # e.g. a passage too long for any request
             trace.error = f"{type(exc).__name__}: {exc}"
@@ -100,11 +112,17 @@ async def steer(
             trace.requests = outcome.requests
             trace.input_tokens = outcome.input_tokens
             trace.cost_usd = outcome.input_tokens * price
+            not_needed = outcome.not_needed
             trace.details.update(
                 passages=outcome.asked,
                 questions=outcome.questions,
                 instructs_ai_asked=ask_instructs_ai,
+                waves=outcome.waves,
             )
+            if no_waves:
+                trace.details["waves_off"] = no_waves
+            else:
+                trace.details.update(first_wave=outcome.first_wave, not_needed=len(not_needed))
             if outcome.failed:
                 first = next(iter(outcome.failed.values()))
                 trace.error = f"{len(outcome.failed)} passage(s) not scored: {first}"
@@ -113,20 +131,28 @@ async def steer(
             else:
                 scored = True
 
-    # select
+    # select. Passages classification did not need to ask about (waves) are dropped as
+    # `not_needed`: no answer about them could have changed the result (`select.settled`).
     scfg = cfg.select
     strace = StageTrace("select", mode=scfg.mode if scored or ccfg.mode != "on" else "fallback")
     result.stages.append(strace)
     t = time.perf_counter()
     if ccfg.mode == "shadow" and scored:
         # What `on` would have kept, on copies; the result itself stays in vector order.
-        would = select([copy.copy(c) for c in candidates], scfg)
+        skip = {id(c) for c in not_needed}
+        copies = [copy.copy(c) for c in candidates]
+        for orig, c in zip(candidates, copies, strict=True):
+            if id(orig) in skip:
+                c.reason = "not_needed"
+        would = select(copies, scfg)
         strace.details["shadow"] = {
             "keep": [c.id for c in would.kept],
             "conflicts": [c.id for c in would.conflicts],
             "drop": {c.id: c.reason for c in would.dropped},
         }
     if scfg.mode == "on" and scored and ccfg.mode == "on":
+        for c in not_needed:
+            c.reason = "not_needed"
         chosen: Selection = select(candidates, scfg)
         strace.details["strategy"] = scfg.strategy
     else:

@@ -17,6 +17,7 @@ DROP_REASONS = (
     "duplicate",  # the same text as a passage already kept
     "over_max_passages",  # ranked below the `max_passages` best
     "over_budget",  # did not fit the token budget
+    "not_needed",  # not asked (classify waves): ranked below the kept set whatever Clef said
 )
 
 #: Payload fields that are not worth carrying into a result (big, or internal).

@@ -4,19 +4,26 @@ Each passage is asked up to four yes/no questions; packing (`steering.packing`) 
 passage's text once per request, names it by a state key (or carries it inline), and maps
 answers back by question id, never by position. Questions that cannot change the outcome
 are not asked: a passage already dropped (a duplicate, or too long for the token budget on its
-own) gets none, and `instructs_ai` is asked only when the collection was not screened for
-planted instructions at ingest.
+own) gets none, `instructs_ai` is asked only when the collection was not screened for
+planted instructions at ingest, and with waves the passages further down the recall order
+are asked about only when their answers could still change what is kept.
+
+Waves: the first wave is the head of the recall order, as many passages as one request
+holds (or `first_wave`, and never fewer than could settle the result); the caller's `settled` test (`select.settled`) then says whether
+the rest could change the result. If not, they are not asked (`not_needed`); else they are
+asked in a second wave, as one pass would have asked them (the same state keys, the same
+requests). So waves never send more requests than one pass, at most one more round trip.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from clef_pipelines.clef.client import ClefClient
 from clef_pipelines.steering.candidates import Candidate
-from clef_pipelines.steering.packing import Ask, Subject, ask_packed
+from clef_pipelines.steering.packing import Ask, Subject, ask_packed, plan_groups
 
 # One wording per question, short: the words are paid for once per passage per request.
 IS_RELEVANT = Ask("is_relevant", "noul", "Does the passage address the subject of `query`?")
@@ -49,6 +56,12 @@ class ClassifyOutcome:
     input_tokens: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     ms: float = 0.0
+    waves: int = 0  # rounds of requests, one after the other
+    first_wave: int = 0  # passages in the first wave
+    not_needed: list[Candidate] = field(default_factory=list)  # not asked: could not matter
+
+
+Settled = Callable[[Sequence[Candidate], Sequence[Candidate]], bool]
 
 
 async def classify(
@@ -60,28 +73,53 @@ async def classify(
     layout: str = "state_key",
     passages_per_request: int | None = None,
     shared_wording: bool = False,
+    settled: Settled | None = None,
+    first_wave: int | None = None,
+    min_first_wave: int = 1,
 ) -> ClassifyOutcome:
-    """Ask about every candidate without a `reason` yet; probabilities land in `.scores`."""
+    """Ask about every candidate without a `reason` yet; probabilities land in `.scores`.
+    `settled(asked, rest)`: ask in waves (module docstring); None: everything at once.
+    `min_first_wave`: fewer passages could never settle the result (`max_passages`)."""
     started = time.perf_counter()
     asks = [a for a in PASSAGE_ASKS if ask_instructs_ai or a is not INSTRUCTS_AI]
     todo = [c for c in candidates if c.reason is None]
-    out = ClassifyOutcome(asked=len(todo), questions=len(todo) * len(asks))
+    out = ClassifyOutcome()
     if not todo:
         return out
-    packed = await ask_packed(
-        client,
-        [Subject(key=c.id, text=c.text) for c in todo],
-        asks,
-        context={"query": query},
-        layout=layout,  # type: ignore[arg-type]
-        max_subjects_per_request=passages_per_request,
-        shared_wording=shared_wording,
-    )
-    for c in todo:
-        for name, answer in packed.answers.get(c.id, {}).items():
-            c.scores[name] = float(answer.noul)  # type: ignore[union-attr]
-    out.requests = packed.requests
-    out.input_tokens = packed.input_tokens
-    out.failed = dict(packed.failed)
+    options = {
+        "context": {"query": query},
+        "layout": layout,
+        "max_subjects_per_request": passages_per_request,
+        "shared_wording": shared_wording,
+    }
+    subjects = [Subject(key=c.id, text=c.text) for c in todo]
+    split = len(todo)
+    if settled is not None:
+        groups, too_large = plan_groups(client, subjects, asks, **options)  # type: ignore[arg-type]
+        if groups and not too_large:
+            split = first_wave or len(groups[0].subjects)
+            split = max(split, min_first_wave)
+
+    async def wave(lo: int, hi: int) -> None:
+        packed = await ask_packed(client, subjects[lo:hi], asks, first_ref=lo + 1, **options)  # type: ignore[arg-type]
+        for c in todo[lo:hi]:
+            for name, answer in packed.answers.get(c.id, {}).items():
+                c.scores[name] = float(answer.noul)  # type: ignore[union-attr]
+        out.requests += packed.requests
+        out.input_tokens += packed.input_tokens
+        out.failed.update(packed.failed)
+        out.asked += hi - lo
+        out.waves += 1
+
+    await wave(0, split)
+    out.first_wave = split
+    if split < len(todo) and not out.failed:
+        assert settled is not None
+        if settled(todo[:split], todo[split:]):
+            out.not_needed = todo[split:]
+        else:
+            await wave(split, len(todo))
+    # A failed first wave degrades the result (vector order): the rest is not asked.
+    out.questions = out.asked * len(asks)
     out.ms = (time.perf_counter() - started) * 1e3
     return out

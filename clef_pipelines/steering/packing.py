@@ -154,8 +154,12 @@ def plan_groups(
     layout: Layout = "state_key",
     max_subjects_per_request: int | None = None,
     shared_wording: bool = False,
+    first_ref: int = 1,
 ) -> tuple[list[_Group], dict[str, str]]:
-    """Group subjects into requests that fit; subjects that fit nowhere are returned apart."""
+    """Group subjects into requests that fit; subjects that fit nowhere are returned apart.
+    `first_ref`: the number of the first subject's state key (`s<n>`); a later wave of one
+    list of subjects goes on from where the earlier one stopped, so each subject is named
+    (and costed) as it would be in one pass."""
     counter = client.backend.counter
     names = {a.name for a in asks}
     if len(names) != len(asks):
@@ -178,7 +182,7 @@ def plan_groups(
     def ref_of(text: str) -> str:
         ref = refs.get(text)
         if ref is None:
-            ref = refs[text] = f"{_KEY_PREFIX}{len(refs) + 1}"
+            ref = refs[text] = f"{_KEY_PREFIX}{len(refs) + first_ref}"
             text_of[ref] = text
             # The text's share of the state: its key and value inside the state object.
             text_cost[ref] = counter.count(f'"{ref}": ') + state_tokens(counter, text)
@@ -307,6 +311,7 @@ async def ask_packed(
     max_subjects_per_request: int | None = None,
     use_cache: bool = True,
     shared_wording: bool = False,
+    first_ref: int = 1,
 ) -> PackedResult:
     """Ask every applicable ask about every subject, packed into as few requests as fit.
 
@@ -328,6 +333,7 @@ async def ask_packed(
         layout=layout,
         max_subjects_per_request=max_subjects_per_request,
         shared_wording=shared_wording,
+        first_ref=first_ref,
     )
     result = PackedResult(failed=dict(too_large))
 

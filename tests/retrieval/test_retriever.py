@@ -56,18 +56,26 @@ def test_injection_dropped_conflict_apart_in_at_most_four_requests(
     json.dumps(d)  # JSON-ready
 
 
-def test_more_candidates_than_one_request_holds(fake: FakeServer, collection_factory: Any) -> None:
-    """30 candidates x 4 questions need two requests of at most 64; the gate makes three."""
+@pytest.mark.parametrize("waves", [False, True])
+def test_more_candidates_than_one_request_holds(
+    fake: FakeServer, collection_factory: Any, waves: bool
+) -> None:
+    """30 candidates x 4 questions need two requests of at most 64; the gate makes three.
+    With waves the first request's 16 passages already hold 5 evidence passages: the other
+    14 are not asked (two requests)."""
     texts = [f"Upload bandwidth note number {i}: the client limits uploads." for i in range(28)]
     texts += [PLANTED, CONFLICT]
     fake.answer_with(judge())
-    col = collection_factory(fake, texts)
+    col = collection_factory(fake, texts, classify={"waves": waves})
     with Retriever(col.settings) as r:
         res = r.retrieve(QUERY, top_k=30)
     assert res.stage("recall").details["candidates"] == 30
-    assert len(fake.requests) == res.clef_requests == 3 <= 4
+    assert len(fake.requests) == res.clef_requests == (2 if waves else 3) <= 4
     check_limits(fake)
     assert PLANTED not in res.to_prompt()
+    not_needed = [c for c in res.dropped if c.reason == "not_needed"]
+    assert len(not_needed) == (14 if waves else 0)
+    assert res.stage("classify").details["passages"] == (16 if waves else 30)
 
 
 def test_gate_abstains_and_answer_calls_no_llm(
