@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from clef_pipelines.clef.client import ClefClient
 from clef_pipelines.steering.candidates import Candidate
@@ -64,6 +65,36 @@ class ClassifyOutcome:
 Settled = Callable[[Sequence[Candidate], Sequence[Candidate]], bool]
 
 
+def _first_wave(
+    client: ClefClient,
+    subjects: list[Subject],
+    asks: list[Ask],
+    options: dict[str, Any],
+    first_wave: int | None,
+    least: int,
+) -> int:
+    """How many passages the first wave asks about: what the first request of one pass holds
+    (or `first_wave`), never fewer than `least`, and never split where the two waves would
+    need more requests than one pass; there the wave grows to the next request's end."""
+    full, too_large = plan_groups(client, subjects, asks, **options)
+    if too_large or not full:  # a passage fits no request: one pass reports it
+        return len(subjects)
+    split = max(first_wave or len(full[0].subjects), least)
+    if split >= len(subjects):
+        return len(subjects)
+    head, _ = plan_groups(client, subjects[:split], asks, **options)
+    tail, _ = plan_groups(client, subjects[split:], asks, first_ref=split + 1, **options)
+    if len(head) + len(tail) <= len(full):
+        return split
+    # The plan is greedy in order: cut at the end of a request of the one-pass plan.
+    end = 0
+    for g in full:
+        end += len(g.subjects)
+        if end >= split:
+            return end
+    return len(subjects)
+
+
 async def classify(
     client: ClefClient,
     query: str,
@@ -95,10 +126,7 @@ async def classify(
     subjects = [Subject(key=c.id, text=c.text) for c in todo]
     split = len(todo)
     if settled is not None:
-        groups, too_large = plan_groups(client, subjects, asks, **options)  # type: ignore[arg-type]
-        if groups and not too_large:
-            split = first_wave or len(groups[0].subjects)
-            split = max(split, min_first_wave)
+        split = _first_wave(client, subjects, asks, options, first_wave, min_first_wave)
 
     async def wave(lo: int, hi: int) -> None:
         packed = await ask_packed(client, subjects[lo:hi], asks, first_ref=lo + 1, **options)  # type: ignore[arg-type]
