@@ -216,7 +216,8 @@ def ours_warm_child(cfg: str, job: str) -> None:
                 requests.append(res.clef_requests)
                 degraded = degraded or res.degraded
                 details = (res.stage("classify") or res.stages[0]).details
-                waves.append([details.get("waves", 0), details.get("not_needed", 0)])
+                if "waves_off" not in details:
+                    waves.append([details.get("waves", 0), details.get("not_needed", 0)])
     print(
         json.dumps(
             {

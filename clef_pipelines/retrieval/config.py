@@ -57,14 +57,21 @@ class ClassifyConfig(StrictModel):
 
     mode: Mode = "on"
     packed: bool = Field(True, description="Several passages share one request.")
-    waves: bool = Field(
-        True,
+    waves: bool | Literal["auto"] = Field(
+        "auto",
         description="Ask in recall order, first about what one request holds (or "
         "`first_wave` passages), and about the rest only when their answers could still "
-        "change the kept passages or conflicts (`select.order: class` with "
+        "change the kept passages or conflicts (needs `select.order: class` and "
         "`select.conflicts: ranked`; otherwise every passage is asked at once). Passages "
-        "not asked are dropped as `not_needed`.",
+        "not asked are dropped as `not_needed`; the result is the same either way. true: "
+        "always; false: never; auto: while at least `waves_min_settled` of the last "
+        "`waves_window` queries were (or, asked at once, would have been) settled by their "
+        "first wave: an unsettled query pays one more round trip.",
     )
+    waves_min_settled: float = Field(
+        0.5, ge=0, le=1, description="auto: share of recent queries settled by the first wave."
+    )
+    waves_window: int = Field(20, ge=1, description="auto: how many recent queries count.")
     first_wave: int | None = Field(
         None, ge=1, description="Passages in the first wave at most; None: what one request holds."
     )

@@ -152,6 +152,9 @@ class Retriever:
         )
         self._loop = _LoopThread()
         self._closed = False
+        # classify.waves auto: how often recent queries' first waves settled the result
+        # (made with the first query: the steering modules load on first use).
+        self._wave_history: Any = None
 
     @classmethod
     def from_config(
@@ -283,6 +286,10 @@ class Retriever:
         collection: str | None = None,
     ) -> RetrievalResult:
         from clef_pipelines.retrieval.steer import clef_price, clef_unavailable, steer
+        from clef_pipelines.steering.classify import WaveHistory
+
+        if self._wave_history is None:
+            self._wave_history = WaveHistory(self.config.classify.waves_window)
 
         started = time.perf_counter()
         if not query.strip():
@@ -338,6 +345,7 @@ class Retriever:
             self.clef,
             ask_instructs_ai=ask_instructs_ai,
             expand=expand,
+            wave_history=self._wave_history,
         )
         result.total_ms = (time.perf_counter() - started) * 1e3
         return result

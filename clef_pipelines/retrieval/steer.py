@@ -18,7 +18,7 @@ from clef_pipelines.clef.usage import price_per_token
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.retrieval.result import RetrievalResult, StageTrace
 from clef_pipelines.steering.candidates import Candidate
-from clef_pipelines.steering.classify import classify
+from clef_pipelines.steering.classify import WaveHistory, classify
 from clef_pipelines.steering.compact import TokenReport, drop_before_asking, fill_budget
 from clef_pipelines.steering.gate import ask_gate
 from clef_pipelines.steering.select import (
@@ -56,8 +56,10 @@ async def steer(
     ask_instructs_ai: bool,
     run_gate: bool = True,
     expand: Expander | None = None,
+    wave_history: WaveHistory | None = None,
 ) -> RetrievalResult:
-    """Fill `result` with the kept passages, conflicts, drops, gate and trace."""
+    """Fill `result` with the kept passages, conflicts, drops, gate and trace.
+    `wave_history`: a warm caller's record for `classify.waves: auto` (None: waves on)."""
     query = result.query
     price = clef_price(client)
     unavailable = clef_unavailable(client)
@@ -90,6 +92,9 @@ async def steer(
         assert client is not None
         scfg = cfg.select
         no_waves = waves_cannot_settle(scfg) if ccfg.waves else "classify.waves is off"
+        in_waves = True
+        if ccfg.waves == "auto" and wave_history is not None and not no_waves:
+            in_waves = wave_history.worth_it(ccfg.waves_min_settled)
         try:
             outcome = await classify(
                 client,
@@ -102,6 +107,7 @@ async def steer(
                 settled=None if no_waves else lambda done, rest: settled(done, rest, scfg),
                 first_wave=ccfg.first_wave,
                 min_first_wave=scfg.max_passages,
+                ask_in_waves=in_waves,
             )
         except ClefError as exc:  # e.g. a passage too long for any request
             trace.error = f"{type(exc).__name__}: {exc}"
@@ -123,6 +129,15 @@ async def steer(
                 trace.details["waves_off"] = no_waves
             else:
                 trace.details.update(first_wave=outcome.first_wave, not_needed=len(not_needed))
+                if wave_history is not None and ccfg.waves == "auto":
+                    share = wave_history.share
+                    trace.details["waves_auto"] = {
+                        "asked_in_waves": in_waves,
+                        "recent_settled": None if share is None else round(share, 3),
+                        "min_settled": ccfg.waves_min_settled,
+                    }
+                if wave_history is not None and outcome.settled is not None:
+                    wave_history.record(outcome.settled)
             if outcome.failed:
                 first = next(iter(outcome.failed.values()))
                 trace.error = f"{len(outcome.failed)} passage(s) not scored: {first}"

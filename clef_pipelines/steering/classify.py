@@ -18,6 +18,7 @@ requests). So waves never send more requests than one pass, at most one more rou
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,9 +61,37 @@ class ClassifyOutcome:
     waves: int = 0  # rounds of requests, one after the other
     first_wave: int = 0  # passages in the first wave
     not_needed: list[Candidate] = field(default_factory=list)  # not asked: could not matter
+    # Whether the first wave settled the result (or, asked at once, would have); None when
+    # there was no second wave to save.
+    settled: bool | None = None
 
 
 Settled = Callable[[Sequence[Candidate], Sequence[Candidate]], bool]
+
+
+class WaveHistory:
+    """Whether recent queries' first waves settled their result (`classify.waves: auto`).
+
+    Waves never change a result, only what it costs: a settled query saves the rest's
+    tokens (and a request), an unsettled one pays one more round trip. How often the head
+    of the recall order settles depends on the collection (how many passages hold evidence
+    for a typical query), so a warm `Retriever` keeps count, and asks in waves while enough
+    recent queries settled. Queries asked at once still count: their head is checked after
+    the fact, so the policy sees when the rate comes back."""
+
+    def __init__(self, window: int) -> None:
+        self._seen: deque[bool] = deque(maxlen=window)
+
+    def record(self, settled: bool) -> None:
+        self._seen.append(settled)
+
+    @property
+    def share(self) -> float | None:
+        return sum(self._seen) / len(self._seen) if self._seen else None
+
+    def worth_it(self, min_share: float) -> bool:
+        share = self.share
+        return share is None or share >= min_share
 
 
 def _first_wave(
@@ -107,10 +136,13 @@ async def classify(
     settled: Settled | None = None,
     first_wave: int | None = None,
     min_first_wave: int = 1,
+    ask_in_waves: bool = True,
 ) -> ClassifyOutcome:
     """Ask about every candidate without a `reason` yet; probabilities land in `.scores`.
     `settled(asked, rest)`: ask in waves (module docstring); None: everything at once.
-    `min_first_wave`: fewer passages could never settle the result (`max_passages`)."""
+    `min_first_wave`: fewer passages could never settle the result (`max_passages`).
+    `ask_in_waves=False` with `settled`: ask at once, then only report in `.settled` whether
+    the first wave would have settled the result."""
     started = time.perf_counter()
     asks = [a for a in PASSAGE_ASKS if ask_instructs_ai or a is not INSTRUCTS_AI]
     todo = [c for c in candidates if c.reason is None]
@@ -139,14 +171,21 @@ async def classify(
         out.asked += hi - lo
         out.waves += 1
 
-    await wave(0, split)
-    out.first_wave = split
-    if split < len(todo) and not out.failed:
+    if split < len(todo) and not ask_in_waves:
         assert settled is not None
-        if settled(todo[:split], todo[split:]):
-            out.not_needed = todo[split:]
-        else:
-            await wave(split, len(todo))
+        await wave(0, len(todo))
+        if not out.failed:
+            out.settled = settled(todo[:split], todo[split:])
+    else:
+        await wave(0, split)
+        out.first_wave = split
+        if split < len(todo) and not out.failed:
+            assert settled is not None
+            out.settled = settled(todo[:split], todo[split:])
+            if out.settled:
+                out.not_needed = todo[split:]
+            else:
+                await wave(split, len(todo))
     # A failed first wave degrades the result (vector order): the rest is not asked.
     out.questions = out.asked * len(asks)
     out.ms = (time.perf_counter() - started) * 1e3

@@ -24,6 +24,7 @@ from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.retrieval.result import RetrievalResult
 from clef_pipelines.retrieval.steer import steer
 from clef_pipelines.steering.candidates import Candidate
+from clef_pipelines.steering.classify import WaveHistory
 from tests.clef.fake_server import FakeServer
 from tests.retrieval.conftest import text_of
 
@@ -295,3 +296,58 @@ def test_probability_order_asks_everything_at_once(
     assert c.details["waves"] == 1 and c.details["passages"] == 30
     assert "probability" in c.details["waves_off"]
     assert [len(b["questions"]) for b in fake.requests] == [63, 27, 1]
+
+
+def test_auto_asks_at_once_while_recent_heads_did_not_settle(
+    fake: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`waves: auto` follows how often recent first waves settled (window 4, at least half):
+    after two unsettled queries it asks at once (no extra round trip), still checks the
+    head after the fact, and goes back to waves once heads settle again."""
+    monkeypatch.setenv("CLEF_TEST_KEY", "test-key")
+    cfg = RetrievalConfig()
+    cfg.classify.waves_window = 4
+    history = WaveHistory(4)
+
+    async def once() -> Any:
+        client = client_for(fake)
+        try:
+            res = RetrievalResult(query=QUERY)
+            return await steer(
+                res, plain(30), cfg, client, ask_instructs_ai=False, wave_history=history
+            )
+        finally:
+            await client.aclose()
+
+    def classify_trace() -> dict[str, Any]:
+        res = asyncio.run(once())
+        return res.stage("classify").details
+
+    fake.answer_with(evidence_at(0, 3, 7, 12, 24))  # the head never settles
+    assert classify_trace()["waves"] == 2  # nothing seen yet: waves
+    d = classify_trace()
+    assert d["waves"] == 1 and d["passages"] == 30  # asked at once ...
+    assert d["waves_auto"] == {"asked_in_waves": False, "recent_settled": 0.0, "min_settled": 0.5}
+    fake.answer_with(evidence_at(0, 3, 7, 12, 20))  # now it would
+    assert classify_trace()["not_needed"] == 0  # at once, seen settling: 1 of 3
+    assert classify_trace()["not_needed"] == 0  # 2 of 4: half
+    d = classify_trace()
+    assert d["waves_auto"]["asked_in_waves"] is True and d["not_needed"] == 9
+    assert history.share == 0.75
+
+
+def test_shadow_classification_in_waves_changes_no_result(
+    fake: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLEF_TEST_KEY", "test-key")
+    cfg = RetrievalConfig()
+    cfg.classify.mode = "shadow"
+    cfg.gate.mode = "shadow"
+    fake.answer_with(evidence_at(2, 3, 7, 12, 20))
+    res = asyncio.run(run(fake, plain(30), cfg, False))
+    assert [c.id for c in res.passages] == ["p0", "p1", "p2", "p3", "p4"]  # vector order
+    assert not any(c.reason == "not_needed" for c in res.dropped)
+    would = res.stage("select").details["shadow"]
+    assert would["keep"] == ["p2", "p3", "p7", "p12", "p20"]
+    assert sum(1 for r in would["drop"].values() if r == "not_needed") == 9
+    assert res.stage("classify").details["not_needed"] == 9
