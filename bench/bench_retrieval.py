@@ -176,7 +176,11 @@ def ours_config(root: Path, corpus: Path, fake_url: str, *, packed: bool, waves:
                     "context_tokens": CONTEXT_TOKENS,
                     **LIMITS,
                 },
-                "retrieval": {"top_k": TOP_K, "classify": {"packed": packed, "waves": waves}},
+                # Waves: the default (auto) unless asked off.
+                "retrieval": {
+                    "top_k": TOP_K,
+                    "classify": {"packed": packed, **({} if waves else {"waves": False})},
+                },
             }
         )
     )
