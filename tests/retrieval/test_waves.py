@@ -11,6 +11,7 @@ different probability.
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import random
 from typing import Any
@@ -351,3 +352,51 @@ def test_shadow_classification_in_waves_changes_no_result(
     assert would["keep"] == ["p2", "p3", "p7", "p12", "p20"]
     assert sum(1 for r in would["drop"].values() if r == "not_needed") == 9
     assert res.stage("classify").details["not_needed"] == 9
+
+
+@pytest.mark.parametrize("order", ["class", "probability"])
+@pytest.mark.parametrize("conflicts", ["ranked", "all"])
+def test_settled_holds_for_any_answers_about_the_rest(order: str, conflicts: str) -> None:
+    """`settled` alone, under every order and conflict rule: when it says yes, any answers
+    about the rest (several tries each) leave the kept passages and conflicts as they are."""
+    from clef_pipelines.retrieval.config import SelectConfig
+    from clef_pipelines.steering.select import select, settled
+
+    rng = random.Random(7)
+    yes = 0
+    names = ["is_relevant", "contains_answer_evidence", "contradicts_query_premise"]
+    for _ in range(400):
+        cfg = SelectConfig(
+            order=order,  # type: ignore[arg-type]
+            conflicts=conflicts,  # type: ignore[arg-type]
+            max_passages=rng.choice([1, 2, 3, 5]),
+            strategy=rng.choice(["rank", "threshold"]),  # type: ignore[arg-type]
+        )
+        n = rng.randint(2, 14)
+        cands = plain(n)
+        if rng.random() < 0.3:
+            for c in cands:
+                c.vector_score = round(c.vector_score, 1)  # ties
+        head = rng.randint(1, n - 1)
+
+        def pick(c: Candidate, hi: float) -> None:
+            # 1.0 often enough that probability order and `all` can settle too
+            c.scores = {k: rng.choice([1.0, 1.0, hi, rng.random(), 0.0]) for k in names}
+
+        for c in cands[:head]:
+            pick(c, 0.9)
+        if not settled(cands[:head], cands[head:], cfg):
+            continue
+        yes += 1
+        base = [copy.copy(c) for c in cands]
+        for c in base[head:]:
+            c.reason = "not_needed"
+        want = select(base, cfg)
+        for _ in range(5):
+            trial = [copy.copy(c) for c in cands]
+            for c in trial[head:]:
+                pick(c, rng.random())
+            got = select(trial, cfg)
+            assert [c.id for c in got.kept] == [c.id for c in want.kept]
+            assert [c.id for c in got.conflicts] == [c.id for c in want.conflicts]
+    assert yes >= 20, yes
