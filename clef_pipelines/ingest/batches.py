@@ -91,10 +91,11 @@ class FrameBatches:
         return sum(pq.ParquetFile(p).metadata.num_rows for p in self.files())
 
     def read(self, key: int) -> pl.DataFrame:
-        parts = [
-            pl.from_arrow(pq.ParquetFile(path).read_row_group(rg))
-            for path, rg in self.index().get(key, [])
-        ]
+        # Each file opened once, however many of its row groups hold the batch.
+        groups: dict[Path, list[int]] = {}
+        for path, rg in self.index().get(key, []):
+            groups.setdefault(path, []).append(rg)
+        parts = [pl.from_arrow(pq.ParquetFile(p).read_row_groups(rgs)) for p, rgs in groups.items()]
         frames = [p for p in parts if isinstance(p, pl.DataFrame)]
         return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
@@ -129,6 +130,54 @@ class BatchWriter:
         with pq.ParquetWriter(path, table.schema) as out:
             for (_key,), part in frame.group_by([BATCH], maintain_order=True):
                 out.write_table(part.to_arrow(), row_group_size=max(1, part.height))
+
+    def regroup(self, max_open: int = 64) -> None:
+        """Rewrite the files written so far as one file per batch.
+
+        Why: a step that must read its input in order (the parse step reads a source front to
+        back) writes files that each hold a row group of nearly every batch, since a
+        document's batch is a hash of its id; reading one batch then opened every file, so a
+        step over all batches cost files x batches, which grows with the square of the source
+        (docs/BENCHMARKS.md, "50,000 and 500,000 documents"). Each file is read whole once per
+        round (its size is one flush of the writer, so memory stays bounded) and its rows are
+        appended to their batch's file; at most ``max_open`` batch files are open at once
+        (each holds its row groups' metadata until closed), more batches take more rounds,
+        and a round reads only its batches' row groups, so the data is read once in all."""
+        sources = sorted(p for p in self.directory.glob("*.parquet"))
+        if len(sources) < 2:
+            return
+        index = FrameBatches(self.directory).index()
+        keys = sorted(index)
+        staging = self.directory / ".regroup"
+        staging.mkdir()
+        for start in range(0, len(keys), max_open):
+            # This round's batches, by file: only their row groups are read.
+            by_file: dict[Path, list[int]] = {}
+            for key in keys[start : start + max_open]:
+                for path, rg in index[key]:
+                    by_file.setdefault(path, []).append(rg)
+            writers: dict[int, pq.ParquetWriter] = {}
+            try:
+                for path in sources:
+                    if path not in by_file:
+                        continue
+                    table = pq.ParquetFile(path).read_row_groups(sorted(by_file[path]))
+                    frame = pl.from_arrow(table)
+                    assert isinstance(frame, pl.DataFrame)
+                    for (key,), part in frame.group_by([BATCH], maintain_order=True):
+                        arrow = part.to_arrow()
+                        if key not in writers:
+                            target = staging / f"batch-{int(key):05d}.parquet"
+                            writers[key] = pq.ParquetWriter(target, arrow.schema)
+                        writers[key].write_table(arrow, row_group_size=max(1, part.height))
+            finally:
+                for w in writers.values():
+                    w.close()
+        for path in sources:
+            path.unlink()
+        for path in staging.iterdir():
+            path.rename(self.directory / path.name)
+        staging.rmdir()
 
     def write_batch(self, key: int, frame: pl.DataFrame) -> None:
         """One batch's frame as its own file (the `batch` column set to `key`)."""

@@ -200,7 +200,8 @@ def parse_source_batches(
 ) -> tuple[ParseStats, pl.DataFrame]:
     """`parse_source` in bounded memory: one pass over the source, the blocks of every
     `batching.batch_documents` parsed documents written to `out` as one file (grouped by the
-    documents' batches, from the inventory's `batch` column). Returns (stats, failures)."""
+    documents' batches, from the inventory's `batch` column), then regrouped into one file
+    per batch (`BatchWriter.regroup`). Returns (stats, failures)."""
     todo = inventory.filter(pl.col("status").is_in(TO_PROCESS))
     batch_of_doc = dict(zip(todo["doc_id"].to_list(), todo[BATCH].to_list(), strict=True))
     wanted = set(batch_of_doc)
@@ -230,6 +231,7 @@ def parse_source_batches(
         if docs_in_part >= settings.batching.batch_documents:
             flush()
     flush()
+    out.regroup()  # one file per batch, so a later step's batch is one file's read
     stats.blocks_by_kind = dict(sorted(kinds.items()))
     return stats, pl.DataFrame(failures, schema=FAILURE_SCHEMA)
 

@@ -106,6 +106,31 @@ def test_frame_batches_read_one_batch_from_mixed_files(tmp_path: Path) -> None:
     assert FrameBatches(tmp_path / "missing").keys() == []
 
 
+@pytest.mark.parametrize("max_open", [1, 2, 256])
+def test_regroup_leaves_one_file_per_batch_with_the_same_rows_in_order(
+    tmp_path: Path, max_open: int
+) -> None:
+    """Files written in source order hold a row group of nearly every batch; after `regroup`
+    each batch is one file, with the same rows in the same order (and rounds of at most
+    `max_open` open files give the same result)."""
+    out = BatchWriter(tmp_path / "staged")
+    out.write(pl.DataFrame({"doc_id": ["a", "b", "c", "d"], BATCH: [2, 0, 2, 1]}))
+    out.write(pl.DataFrame({"doc_id": ["e", "f", "g"], BATCH: [1, 2, 0]}))
+    out.write(pl.DataFrame({"doc_id": ["h"], BATCH: [2]}))
+    before = {k: f["doc_id"].to_list() for k, f in FrameBatches(tmp_path / "staged")}
+    out.regroup(max_open=max_open)
+    batches = out.finish()
+    assert {k: f["doc_id"].to_list() for k, f in batches} == before
+    assert before[2] == ["a", "c", "f", "h"]
+    assert sorted(p.name for p in batches.files()) == [
+        "batch-00000.parquet",
+        "batch-00001.parquet",
+        "batch-00002.parquet",
+    ]
+    assert all({path for path, _ in pairs} == {pairs[0][0]} for pairs in batches.index().values())
+    assert not (tmp_path / "staged" / ".regroup").exists()
+
+
 def test_source_streams_in_batches_and_a_refresh_touches_only_changed_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
