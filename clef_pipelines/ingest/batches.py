@@ -138,11 +138,11 @@ class BatchWriter:
         back) writes files that each hold a row group of nearly every batch, since a
         document's batch is a hash of its id; reading one batch then opened every file, so a
         step over all batches cost files x batches, which grows with the square of the source
-        (docs/BENCHMARKS.md, "50,000 and 500,000 documents"). Each file is read whole once per
-        round (its size is one flush of the writer, so memory stays bounded) and its rows are
-        appended to their batch's file; at most ``max_open`` batch files are open at once
-        (each holds its row groups' metadata until closed), more batches take more rounds,
-        and a round reads only its batches' row groups, so the data is read once in all."""
+        (docs/BENCHMARKS.md, "50,000 and 500,000 documents"). A round takes up to
+        ``max_open`` batches (each open batch file holds its row groups' metadata until
+        closed) and reads, file by file, only those batches' row groups (at most one flush
+        of the writer at a time, so memory stays bounded), appending them to their batch's
+        file; so the data is read once in all, however many rounds."""
         sources = sorted(p for p in self.directory.glob("*.parquet"))
         if len(sources) < 2:
             return
