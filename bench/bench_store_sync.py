@@ -49,8 +49,13 @@ from clef_pipelines.embedding import make_embedder  # noqa: E402
 from clef_pipelines.ingest import batch_steps  # noqa: E402
 from clef_pipelines.ingest.batches import BATCH, FrameBatches  # noqa: E402
 from clef_pipelines.ingest.documents import REMOVED, TO_PROCESS  # noqa: E402
-from clef_pipelines.ingest.process_memory import limit_malloc_arenas, peak_rss_gb  # noqa: E402
+from clef_pipelines.ingest.process_memory import (  # noqa: E402
+    limit_malloc_arenas,
+    peak_rss_gb,
+    rss_gb,
+)
 from clef_pipelines.ingest.totals import source_totals  # noqa: E402
+from clef_pipelines.steering import checks  # noqa: E402
 from clef_pipelines.stores import open_store  # noqa: E402
 
 #: Batch keys of the copies made by --repeat: copy r's batch k is r * _STRIDE + k.
@@ -137,6 +142,140 @@ def _instrument(store: Any, log: list[dict[str, Any]], upkeep_lines: bool = Fals
         setattr(store, name, timed)
 
 
+class PhaseSampler:
+    """Resident memory sampled every ``interval`` s by a thread, its maximum kept per phase
+    (``--phases``): which part of the sync (a write, a delete, an upkeep's compaction, index
+    update or version clean-up) holds the memory when the process peaks. Phases nest: the
+    innermost one open is charged."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        import threading
+
+        self.stack: list[str] = ["other"]
+        self.peak: dict[str, float] = {}
+        self.window = 0.0  # max since the last `take_window`
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.sample()
+
+    def sample(self) -> float:
+        now = rss_gb()
+        name = self.stack[-1]
+        self.peak[name] = max(self.peak.get(name, 0.0), now)
+        self.window = max(self.window, now)
+        return now
+
+    def take_window(self) -> float:
+        w, self.window = self.window, self.sample()
+        return w
+
+    def wrap(self, owner: Any, attr: str, name: str, report: bool = False) -> None:
+        """Charge the time inside ``owner.attr`` (a class's or an object's) to ``name``; with
+        ``report``, print its seconds and the resident memory before, at most and after."""
+        real = getattr(owner, attr)
+        sampler = self
+
+        def inside(*args: Any, **kw: Any) -> Any:
+            before = sampler.sample()
+            sampler.stack.append(name)
+            outer_window, sampler.window = sampler.window, before
+            t0 = time.perf_counter()
+            try:
+                return real(*args, **kw)
+            finally:
+                took = time.perf_counter() - t0
+                after = sampler.sample()
+                top = sampler.window
+                sampler.stack.pop()
+                sampler.window = max(outer_window, top)
+                if report:
+                    print(
+                        f"    {name}: {took:6.1f} s  rss {before:.2f} -> max {top:.2f} -> "
+                        f"{after:.2f} GB",
+                        flush=True,
+                    )
+
+        setattr(owner, attr, inside)
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return {k: round(v, 3) for k, v in sorted(self.peak.items(), key=lambda kv: -kv[1])}
+
+
+def _malloc_gb() -> str:
+    """glibc's heap now (mallinfo2): in use and free but kept, in GB ('' elsewhere): tells
+    memory the process holds from memory freed that its arenas have not returned."""
+    import ctypes
+    import ctypes.util
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (n, ctypes.c_size_t)
+            for n in [
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            ]
+        ]
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc.mallinfo2.restype = MallInfo2
+        m = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return ""
+    import pyarrow as pa
+
+    return (
+        f"heap used {(m.uordblks + m.hblkhd) / 1e9:.2f} free {m.fordblks / 1e9:.2f}  "
+        f"arrow {pa.total_allocated_bytes() / 1e9:.2f}  "
+    )
+
+
+def _capture_sessions() -> list[Any]:
+    """The LanceDB sessions made from now on (``--phases`` reports their caches' size)."""
+    import lancedb
+
+    made: list[Any] = []
+    real = lancedb.Session
+
+    def capture(*args: Any, **kw: Any) -> Any:
+        made.append(real(*args, **kw))
+        return made[-1]
+
+    lancedb.Session = capture
+    return made
+
+
+def _sample_phases(store: Any) -> PhaseSampler:
+    """A `PhaseSampler` over the store's writes and deletes and over the parts of an upkeep
+    (Lance's compaction, index update and version clean-up, wrapped on their classes)."""
+    from lance.dataset import DatasetOptimizer, LanceDataset
+
+    sampler = PhaseSampler()
+    sampler.wrap(DatasetOptimizer, "compact_files", "upkeep: compact_files", report=True)
+    sampler.wrap(DatasetOptimizer, "optimize_indices", "upkeep: optimize_indices", report=True)
+    sampler.wrap(LanceDataset, "cleanup_old_versions", "upkeep: cleanup_old_versions", True)
+    for name in ("insert", "upsert"):
+        if hasattr(store, name):
+            sampler.wrap(store, name, "write")
+    sampler.wrap(store, "delete", "delete")
+    sampler.wrap(store, "_optimize", "upkeep: other")
+    return sampler
+
+
 def compare(a: argparse.Namespace) -> None:
     """Each run folder with each commit's code (``.``: the working tree), one child process
     each (so each peak is its own), then one table."""
@@ -153,15 +292,18 @@ def compare(a: argparse.Namespace) -> None:
                     capture_output=True,
                 ).stdout
                 subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
-            for run_dir in a.run_dir:
+            for run_dir, repeat in [(d, k) for d in a.run_dir for k in a.repeat.split(",")]:
                 out = Path(tmp) / "summary.json"
                 cmd = [sys.executable, __file__, "--run-dir", str(run_dir), "--code", str(code)]
                 cmd += ["--every", str(a.every), "--source", a.source, "--json", str(out)]
+                cmd += [f"--set={item}" for item in a.set]
                 if a.rows:
                     cmd += ["--rows", str(a.rows)]
-                if a.repeat != 1:
-                    cmd += ["--repeat", str(a.repeat)]
-                print(f"== {rev} {run_dir}", flush=True)
+                if repeat != "1":
+                    cmd += ["--repeat", repeat]
+                if a.phases:
+                    cmd += ["--phases"]
+                print(f"== {rev} {run_dir} x{repeat}", flush=True)
                 subprocess.run(cmd, check=True)
                 rows.append({"code": rev, **json.loads(out.read_text())})
     print(
@@ -175,6 +317,9 @@ def compare(a: argparse.Namespace) -> None:
             f"{r['ms_per_document']} | {r['writes_s']} | {r['upkeeps']} | {r['upkeeps_s']} | "
             f"{r['totals_s']} | {r['peak_gb']:.2f} | {r['load_start']} to {r['load_end']} |"
         )
+    for r in rows:
+        if "phase_peak_gb" in r:
+            print(f"{r['code']} {r['documents']:,}: peak by phase {r['phase_peak_gb']}")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
 
@@ -191,12 +336,26 @@ def main() -> None:
     ap.add_argument("--rows", type=int, help="Only the first N embedded chunks.")
     ap.add_argument(
         "--repeat",
-        type=int,
-        default=1,
-        help="Sync K copies of the run's documents (own doc and record ids): K times the size.",
+        default="1",
+        help="Sync K copies of the run's documents (own doc and record ids): K times the size "
+        "(with --compare, a comma-separated list: each run folder at each K).",
     )
     ap.add_argument("--every", type=int, default=50_000, help="Rows per progress line.")
     ap.add_argument("--upkeeps", action="store_true", help="A line per upkeep.")
+    ap.add_argument(
+        "--phases",
+        action="store_true",
+        help="Sample resident memory (a thread, every 50 ms) and report its maximum per part "
+        "of the sync (writes, deletes, each kind of upkeep work); a line per upkeep part.",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override a setting of the run's bench.yaml (dotted, e.g. sync_batch_rows=4096 "
+        "or store.lancedb.metadata_cache_mb=32).",
+    )
     ap.add_argument("--source", default="scale")
     ap.add_argument("--json", type=Path, help="Write the summary here too.")
     ap.add_argument("--code", type=Path, help="Import clef_pipelines from here.")
@@ -212,6 +371,7 @@ def main() -> None:
     if len(a.run_dir) != 1:
         ap.error("several --run-dir need --compare")
     a.run_dir = a.run_dir[0]
+    a.repeat = int(a.repeat)
     limit_malloc_arenas()  # as the ingest process does (clef_pipelines/definitions.py)
     load_start = os.getloadavg()
     clef = a.run_dir / "state" / "intermediates" / "clef"
@@ -221,16 +381,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-store-sync-") as tmp:
         raw = json.loads(json.dumps(_yaml(a.run_dir / "bench.yaml")))
         raw["data_dir"] = tmp
+        for item in a.set:
+            key, _, value = item.partition("=")
+            *path, last = key.split(".")
+            node = raw
+            for part in path:
+                node = node.setdefault(part, {})
+            node[last] = yaml_value(value)
         cfg = Path(tmp) / "bench.yaml"
         cfg.write_text(json.dumps(raw))
         settings = load_settings(cfg)
+        sessions = _capture_sessions() if a.phases else []
         store = open_store(settings.store, settings.data_path)
         embedder = make_embedder(settings.embedder)
         touched = inventory.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED]))
         if a.rows is not None:
             touched = touched.filter(pl.col(BATCH) <= max(embedded.keys()))
         log: list[dict[str, Any]] = []
-        _instrument(store, log, a.upkeeps)
+        sampler = _sample_phases(store) if a.phases else None
+        _instrument(store, log, a.upkeeps or a.phases)
         batch_rows = settings.sync_batch_rows
         printed = [0, 0]  # log entries and rows covered by the lines printed so far
         t0 = time.perf_counter()
@@ -247,7 +416,13 @@ def main() -> None:
                 f"write {1000 * sum(writes) / max(1, len(writes)):6.0f} ms mean "
                 f"({len(writes)} writes, {sum(writes):6.1f} s)  upkeep {len(upkeeps)} "
                 f"({sum(upkeeps):5.1f} s)  peak {peak_rss_gb():.2f} GB  "
-                f"load {os.getloadavg()[0]:.1f}",
+                + (f"window max {sampler.take_window():.2f}  " if sampler else "")
+                + f"rss {rss_gb():.2f}  "
+                + (_malloc_gb() if sampler else "")
+                + "".join(
+                    f"cache {x.size_bytes / 1e9:.3f} GB/{x.approx_num_items}  " for x in sessions
+                )
+                + f"load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
             printed[0], printed[1] = len(log), rows
@@ -268,8 +443,13 @@ def main() -> None:
         # What the asset reads after the sync for its metadata (part of its seconds).
         t1 = time.perf_counter()
         collection = settings.collection_of(settings.source(a.source))
+        if sampler is not None:
+            sampler.stack.append("totals and checks")
         store.count(collection)
         source_totals(store, collection, a.source)
+        # ... and the asset's checks (each reads the source's records again).
+        checks.no_removed_documents(store, collection, a.source, inventory)
+        checks.quarantine_hidden(store, collection, a.source)
         totals_s = time.perf_counter() - t1
         seconds = time.perf_counter() - t0
         docs = done.report.documents_synced
@@ -289,9 +469,18 @@ def main() -> None:
             "load_start": round(load_start[0], 2),
             "load_end": round(os.getloadavg()[0], 2),
         }
+        if sampler is not None:
+            summary["phase_peak_gb"] = sampler.stop()
         print(json.dumps(summary), flush=True)
         if a.json:
             a.json.write_text(json.dumps(summary, indent=1))
+
+
+def yaml_value(text: str) -> Any:
+    """A --set value as YAML reads it (numbers, booleans, strings)."""
+    import yaml
+
+    return yaml.safe_load(text)
 
 
 def _yaml(path: Path) -> dict[str, Any]:
