@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from clef_pipelines.ingest.totals import distinct_doc_ids, scan_doc_ids
 from clef_pipelines.steering.config import ChecksConfig
 from clef_pipelines.stores.base import VectorStore
 
@@ -114,13 +115,19 @@ def no_removed_documents(
     """The store holds no record of a document the source no longer has."""
     if not store.has_collection(collection):
         return True, {"stored_documents": 0, "stale_documents": 0}
-    present = {
-        r["doc_id"] for r in store.scan(collection, where={"source": source}, fields=["doc_id"])
-    }
-    current = set(inventory.filter(pl.col("status") != "removed")["doc_id"].to_list())
-    stale = sorted(present - current)
+    # Polars series, not sets of Python strings: the check's memory would grow with the
+    # source (see `scan_doc_ids`).
+    current = inventory.filter(pl.col("status") != "removed")["doc_id"].implode()
+    present: list[pl.Series] = []
+    stale_parts: list[pl.Series] = []
+    for part in scan_doc_ids(store, collection, source):
+        present.append(part)
+        stale_parts.append(part.filter(~part.is_in(current)))
+    stored = distinct_doc_ids(present).len()
+    del present
+    stale = distinct_doc_ids(stale_parts).sort().to_list()
     return not stale, {
-        "stored_documents": len(present),
+        "stored_documents": stored,
         "stale_documents": len(stale),
         "examples": stale[:5],
     }

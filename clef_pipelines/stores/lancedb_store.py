@@ -665,6 +665,8 @@ class LanceDBStore(VectorStore):
         """Upkeep: LanceDB's ``optimize`` (compaction, index update, version clean-up) with a
         compaction that leaves fragments of ``compaction_target_rows`` alone (see the module
         docstring); Lance's own API, since LanceDB's ``compact_files`` wrapper is deprecated."""
+        from clef_pipelines.ingest.process_memory import trim_heap
+
         t = self._table(name)
         ds = t.to_lance()  # imports `lance`: only here, never on the query path
         # Fragments below the target, and any with a tenth of their rows deleted, are
@@ -689,6 +691,11 @@ class LanceDBStore(VectorStore):
         else:
             ds.cleanup_old_versions(retain_versions=1)
         t.checkout_latest()
+        # Hand what the upkeep freed back to the OS: Lance's compaction and index updates
+        # allocate and free buffers that grow with the rows folded in, and glibc kept them in
+        # its arenas, so the resident memory between upkeeps crept up with the table.
+        del ds
+        trim_heap()
         self._since_upkeep[name] = (0, 0)
         self._rows_at_upkeep[name] = int(t.count_rows())
 
