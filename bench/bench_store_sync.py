@@ -443,13 +443,35 @@ def main() -> None:
         # What the asset reads after the sync for its metadata (part of its seconds).
         t1 = time.perf_counter()
         collection = settings.collection_of(settings.source(a.source))
-        if sampler is not None:
-            sampler.stack.append("totals and checks")
-        store.count(collection)
-        source_totals(store, collection, a.source)
-        # ... and the asset's checks (each reads the source's records again).
-        checks.no_removed_documents(store, collection, a.source, inventory)
-        checks.quarantine_hidden(store, collection, a.source)
+        after = [
+            (
+                "totals",
+                lambda: (store.count(collection), source_totals(store, collection, a.source)),
+            ),
+            # ... and the asset's checks (each reads the source's records again).
+            (
+                "check: no_removed_documents",
+                lambda: checks.no_removed_documents(store, collection, a.source, inventory),
+            ),
+            (
+                "check: quarantine_hidden",
+                lambda: checks.quarantine_hidden(store, collection, a.source),
+            ),
+        ]
+        for name, step in after:
+            if sampler is not None:
+                sampler.stack.append(name)
+                before = sampler.window = sampler.sample()
+                t2 = time.perf_counter()
+            step()
+            if sampler is not None:
+                top = sampler.take_window()
+                sampler.stack.pop()
+                print(
+                    f"  {name}: {time.perf_counter() - t2:.1f} s  rss {before:.2f} -> max "
+                    f"{top:.2f} -> {rss_gb():.2f} GB",
+                    flush=True,
+                )
         totals_s = time.perf_counter() - t1
         seconds = time.perf_counter() - t0
         docs = done.report.documents_synced
