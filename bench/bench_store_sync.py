@@ -18,9 +18,18 @@ resident memory (`ru_maxrss`; run one size per process so each peak is its own).
     nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... --rows 100000
     # four copies of the run's documents, each with ids of its own (4 times the size):
     nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... --repeat 4
+    # where the memory goes: resident memory sampled every 50 ms, its maximum per part (writes,
+    # each part of an upkeep, the totals and each check), glibc heap and LanceDB cache per line:
+    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... --phases
+    # a setting changed for the replay:
+    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... \\
+        --set store.lancedb.metadata_cache_mb=16
     # before and after side by side: a commit's code and the working tree, two sizes:
     nice -n 5 .venv/bin/python bench/bench_store_sync.py --compare d358147,. \\
         --run-dir /tmp/scale-keep/n5000 --run-dir /tmp/scale-keep/n50000
+    # one run folder once and twice over (--repeat takes a list with --compare):
+    nice -n 5 .venv/bin/python bench/bench_store_sync.py --compare 0f8d900,. \\
+        --run-dir /tmp/scale-keep/n50000 --repeat 1,2 --phases
 """
 
 from __future__ import annotations
