@@ -17,7 +17,10 @@ A paragraph's score is the highest score of its windows (each sentence, each adj
 the whole text when short; see ``text_windows``), so one planted sentence inside an otherwise
 clean paragraph still lifts it, undiluted by the prose around it. Weights v5 on add
 sentence-prefix windows (``prefix_windows``) with a gate and a stage 2 of their own, for an
-instruction without a full stop glued to the sentence after it.
+instruction without a full stop glued to the sentence after it. Weights may also add to the
+main stage 2's logit a nearest-prototype margin (``knn_margin``: how much closer a window's
+vector is to k-means prototypes of training injection windows than to those of clean prose);
+tried and not kept, the committed weights have none (see ``GUARD_WEIGHTS.md``).
 
 The weights (``guard_weights.npz`` beside this file) are trained by
 ``python -m clef_pipelines.steering.guard_train``; their sources, licences and held-out figures
@@ -150,6 +153,26 @@ def hashed_features(window: str, buckets: int) -> np.ndarray:
     )
 
 
+def knn_margin(
+    vectors: np.ndarray, positive: np.ndarray, negative: np.ndarray, k: int
+) -> np.ndarray:
+    """Per vector: the mean cosine similarity of its ``k`` nearest ``positive`` prototypes
+    (training injection windows) less that of its ``k`` nearest ``negative`` ones (clean prose
+    windows of the training documents). MiniLM vectors are unit length, so a dot is a cosine.
+
+    Why next to the MLP: the MLP extrapolates, and some clean windows unlike anything it was
+    trained on (a libpng note, a valgrind FAQ, an epigenetics abstract) got 0.99 from it and
+    set the threshold; a nearest-prototype margin is low for text that is near no injection.
+    """
+
+    def top(similarity: np.ndarray) -> np.ndarray:
+        kk = min(k, similarity.shape[1])
+        return np.partition(similarity, -kk, axis=1)[:, -kk:].mean(axis=1)
+
+    h = np.asarray(vectors, dtype=np.float32)
+    return (top(h @ positive.T) - top(h @ negative.T)).astype(np.float64)
+
+
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(x, -40.0, 40.0)))
 
@@ -210,6 +233,15 @@ class InjectionGuard:
             (arrays[f"prefix_w{i}"].astype(np.float32), arrays[f"prefix_b{i}"].astype(np.float32))
             for i in range(int(meta.get("prefix_stage2_layers", 0)))
         ]
+        #: Nearest-prototype term of the main stage 2 (``knn_margin``): its logit gains
+        #: ``knn_weight`` times the margin; none in weights without it (v5, older).
+        self.knn_k = int(meta.get("knn_k", 0))
+        self.knn_weight = float(meta.get("knn_weight", 0.0))
+        self._knn = (
+            (arrays["knn_positive"].astype(np.float32), arrays["knn_negative"].astype(np.float32))
+            if self.knn_k
+            else None
+        )
         # Stage-1 scores of settled windows are squeezed below this, so that they can never
         # reach the threshold however the threshold is moved above it.
         self._settled_ceiling = min(
@@ -257,7 +289,8 @@ class InjectionGuard:
         """The deciding score: the MLP's logit on the MiniLM vector (and, when
         ``stage1_feature_scale`` is set, the window's stage-1 logit as one more input: the word
         evidence, weighed by the MLP against what the vector says) plus ``stage1_mix`` times
-        the stage-1 logit (a fixed mix; 0 in the v3 weights). ``prefix``: the windows are
+        the stage-1 logit (a fixed mix; 0 in the v3 weights), plus ``knn_weight`` times the
+        nearest-prototype margin (``knn_margin``; 0 without it). ``prefix``: the windows are
         sentence prefixes, scored by the prefix stage 2 plus ``prefix_logit_offset``."""
         h = np.asarray(vectors, dtype=np.float32)
         if self.stage1_feature_scale:
@@ -270,7 +303,10 @@ class InjectionGuard:
                 h = np.maximum(h, 0.0)
         if prefix:
             return _sigmoid(h[:, 0].astype(np.float64) + self.prefix_logit_offset)
-        return _sigmoid(h[:, 0].astype(np.float64) + self.stage1_mix * stage1_logits)
+        logit = h[:, 0].astype(np.float64) + self.stage1_mix * stage1_logits
+        if self._knn is not None and len(vectors):
+            logit = logit + self.knn_weight * knn_margin(vectors, *self._knn, self.knn_k)
+        return _sigmoid(logit)
 
     def windows(self, text: str) -> tuple[list[str], np.ndarray]:
         """A text's windows (``text_windows``, then ``prefix_windows`` when the weights have a

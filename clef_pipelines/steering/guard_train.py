@@ -54,6 +54,7 @@ from clef_pipelines.steering.guard import (
     WEIGHTS_PATH,
     guard_units,
     hashed_features,
+    knn_margin,
     prefix_windows,
     text_windows,
 )
@@ -451,6 +452,12 @@ class Trained:
         #: logit.
         self.prefix_layers: list = []
         self.prefix_offset = 0.0
+        #: Nearest-prototype term of the main stage 2 (``fit_knn_stage``): prototypes of
+        #: injection / clean windows, k, and the weight of the margin in the logit.
+        self.knn_positive: np.ndarray | None = None
+        self.knn_negative: np.ndarray | None = None
+        self.knn_k = 0
+        self.knn_weight = 0.0
         self.kind = "mlp" if len(layers) > 1 else "logreg"
         self.mix = 0.0
         self.feature_scale = feature_scale
@@ -477,7 +484,27 @@ class Trained:
         model.threshold = float(meta["threshold"])
         model.mix = float(meta.get("stage1_mix", 0.0))
         model.base_name = str(meta.get("name", ""))
+        # A prefix stage (weights v5) comes along as it is.
+        model.prefix_words = tuple(int(k) for k in meta.get("prefix_words", ()))
+        model.prefix_gate_logit = float(meta.get("prefix_gate_logit", np.inf))
+        model.prefix_offset = float(meta.get("prefix_logit_offset", 0.0))
+        model.prefix_layers = [
+            (arrays[f"prefix_w{i}"].astype(np.float32), arrays[f"prefix_b{i}"].astype(np.float32))
+            for i in range(int(meta.get("prefix_stage2_layers", 0)))
+        ]
+        if meta.get("knn_k"):
+            model.knn_positive = arrays["knn_positive"].astype(np.float32)
+            model.knn_negative = arrays["knn_negative"].astype(np.float32)
+            model.knn_k, model.knn_weight = int(meta["knn_k"]), float(meta["knn_weight"])
         return model
+
+    def knn_term(self, vectors: np.ndarray) -> np.ndarray:
+        """``knn_weight`` times the nearest-prototype margin (0 without prototypes)."""
+        if self.knn_positive is None or self.knn_negative is None or not self.knn_weight:
+            return np.zeros(len(vectors))
+        return self.knn_weight * knn_margin(
+            vectors, self.knn_positive, self.knn_negative, self.knn_k
+        )
 
     def gates(self, prefix: np.ndarray) -> np.ndarray:
         return np.where(prefix, self.prefix_gate_logit, self.gate_logit)
@@ -492,7 +519,9 @@ class Trained:
             vectors = cache.vectors([windows[i] for i in passed])
             inputs = stage2_inputs(vectors, logits[passed], self.feature_scale)
             main = ~prefix[passed]
-            stage2[passed[main]] = mlp_logits(self.layers, inputs[main])
+            stage2[passed[main]] = mlp_logits(self.layers, inputs[main]) + self.knn_term(
+                vectors[main]
+            )
             if (~main).any():
                 stage2[passed[~main]] = (
                     mlp_logits(self.prefix_layers, inputs[~main]) + self.prefix_offset
@@ -537,8 +566,9 @@ def evaluation_rows(examples: Sequence[Example], split: str, plant_share: float)
 
 
 def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namespace) -> Trained:
-    """The cascade (``--base``: a committed one, as it is), then its prefix stage when
-    ``--prefix-words`` are given (``fit_prefix_stage``)."""
+    """The cascade (``--base``: a committed one, as it is, prefix stage included), then its
+    prefix stage when ``--prefix-words`` are given (``fit_prefix_stage``), then the
+    nearest-prototype margin when ``--knn-prototypes`` is given (``fit_knn_stage``)."""
     if args.base:
         model = Trained.from_file(args.base)
         print(f"base {args.base}: gate {model.gate_logit:.2f}", file=sys.stderr)
@@ -546,7 +576,83 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
         model = train_cascade(examples, cache, args)
     if args.prefix_words:
         fit_prefix_stage(model, examples, cache, args)
+    if args.knn_prototypes:
+        fit_knn_stage(model, examples, cache, args)
     return model
+
+
+def fit_knn_stage(
+    model: Trained, examples: Sequence[Example], cache: VectorCache, args: argparse.Namespace
+) -> None:
+    """Add a nearest-prototype margin (``guard.knn_margin``) to the main stage 2's logit;
+    stage 1, the gates, both MLPs and the windows stay as they are (the MiniLM work at ingest
+    does not change).
+
+    - Prototypes: ``--knn-prototypes`` k-means centres (unit length) of the MiniLM vectors of
+      the main stage 2's training windows (those over the gate less the margin, the fixed
+      sample of help-doc windows): the injection windows (standalone and planted) and the clean
+      prose windows (SciFact, Python docs, package READMEs, help docs; not the injection
+      datasets' benign user prompts, which are addressed to an AI).
+    - ``k`` and the weight: every pair of ``--knn-k`` and ``--knn-weights`` with the threshold
+      rule of ``choose_mix_and_threshold`` over the whole cascade on validation; the pair with
+      the best validation recall is kept.
+
+    Why: the MLP extrapolates, and clean windows unlike its training data scored 0.99 and set
+    the threshold (see ``GUARD_WEIGHTS.md``); the margin is low for text near no injection.
+    """
+    from sklearn.cluster import MiniBatchKMeans
+
+    windows, labels, _, _, sources, _ = training_windows(examples, args.stage1_c, args.plant_share)
+    source_of = np.array(sources)
+    train_logits = stage1_matrix(windows) @ model.w1 + model.b1
+    seen = np.flatnonzero(train_logits >= model.gate_logit - args.stage2_margin)
+    stage2_only = np.isin(source_of, STAGE2_ONLY_SOURCES)
+    extra = seen[stage2_only[seen]]
+    extra = set(extra[_hash_order([windows[i] for i in extra])][: args.stage2_only_windows])
+    seen = np.array([i for i in seen if not stage2_only[i] or i in extra], dtype=np.int64)
+    positive = seen[labels[seen] == 1]
+    negative = seen[(labels[seen] == 0) & ~np.isin(source_of[seen], INJECTION_SOURCES)]
+
+    def centres(rows: np.ndarray) -> np.ndarray:
+        vectors = cache.vectors([windows[i] for i in rows])
+        if len(vectors) <= args.knn_prototypes:
+            return vectors
+        km = MiniBatchKMeans(args.knn_prototypes, random_state=0, n_init=3, batch_size=2048)
+        c = km.fit(vectors).cluster_centers_
+        return (c / np.linalg.norm(c, axis=1, keepdims=True)).astype(np.float32)
+
+    # float16 as stored, so validation sees what the guard will compute.
+    model.knn_positive = centres(positive).astype(np.float16).astype(np.float32)
+    model.knn_negative = centres(negative).astype(np.float16).astype(np.float32)
+    print(
+        f"knn: {len(model.knn_positive)} injection prototypes of {len(positive)} windows, "
+        f"{len(model.knn_negative)} clean of {len(negative)}",
+        file=sys.stderr,
+    )
+    val_rows = evaluation_rows(examples, "val", args.plant_share)
+    val_windows, val_owner, val_prefix = windows_of(val_rows, model.prefix_words)
+    model.knn_weight = 0.0
+    logits, stage2 = model.window_parts(val_windows, val_prefix, cache)
+    gated = np.flatnonzero(~np.isnan(stage2) & ~val_prefix)
+    vectors = cache.vectors([val_windows[i] for i in gated])
+    prose, groups_val = _validation_sets(val_rows)
+    best = (-1.0, 0, 0.0, 0.5)
+    for k in args.knn_k:
+        margin = knn_margin(vectors, model.knn_positive, model.knn_negative, k)
+        for weight in args.knn_weights:
+            shifted = stage2.copy()
+            shifted[gated] += weight * margin
+            model.threshold = 1.0
+            scored = np.zeros(len(val_rows))
+            np.maximum.at(scored, val_owner, model.combine(logits, shifted, val_prefix))
+            threshold, recall = _threshold_and_recall(scored, prose, groups_val, args)
+            print(
+                f"  knn k {k}, weight {weight}: threshold {threshold:.3f}, val recall {recall:.4f}",
+                file=sys.stderr,
+            )
+            if recall > best[0]:
+                best = (recall, k, weight, threshold)
+    _, model.knn_k, model.knn_weight, model.threshold = best
 
 
 def train_cascade(
@@ -822,7 +928,13 @@ def leave_one_source_out(examples: Sequence[Example], cache: VectorCache, args) 
 def save(model: Trained, path: Path, meta_extra: dict) -> None:
     nonzero = np.flatnonzero(model.w1)
     meta = {
-        "name": "guard-minilm-cascade-v5" if model.prefix_words else "guard-minilm-cascade-v4",
+        "name": (
+            "guard-minilm-cascade-v6"
+            if model.knn_k
+            else "guard-minilm-cascade-v5"
+            if model.prefix_words
+            else "guard-minilm-cascade-v4"
+        ),
         "window_words": WINDOW_WORDS,
         "buckets": BUCKETS,
         "stage1_bias": model.b1,
@@ -842,6 +954,7 @@ def save(model: Trained, path: Path, meta_extra: dict) -> None:
             if model.prefix_words
             else {}
         ),
+        **({"knn_k": model.knn_k, "knn_weight": model.knn_weight} if model.knn_k else {}),
         **meta_extra,
     }
     arrays = {
@@ -855,6 +968,9 @@ def save(model: Trained, path: Path, meta_extra: dict) -> None:
     for i, (w, b) in enumerate(model.prefix_layers if model.prefix_words else []):
         arrays[f"prefix_w{i}"] = w.astype(np.float16)
         arrays[f"prefix_b{i}"] = b.astype(np.float32)
+    if model.knn_k and model.knn_positive is not None and model.knn_negative is not None:
+        arrays["knn_positive"] = model.knn_positive.astype(np.float16)
+        arrays["knn_negative"] = model.knn_negative.astype(np.float16)
     np.savez_compressed(path, **arrays)
 
 
@@ -941,6 +1057,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="the prefix windows' gate: this quantile of the stage-1 logits of the prefix "
         "windows of validation SciFact abstracts (weights v5: 0.998; 0.995 sent 2.5 times as "
         "many windows to MiniLM)",
+    )
+    parser.add_argument(
+        "--knn-prototypes",
+        type=int,
+        default=0,
+        help="k-means prototypes per class for the nearest-prototype margin added to the main "
+        "stage 2 (fit_knn_stage); 0: none (weights v5)",
+    )
+    parser.add_argument(
+        "--knn-k", type=int, nargs="+", default=[1, 3, 5], help="nearest prototypes averaged"
+    )
+    parser.add_argument(
+        "--knn-weights",
+        type=float,
+        nargs="+",
+        default=[0.0, 10.0, 20.0, 30.0],
+        help="weights of the margin in the main stage 2's logit to try on validation",
     )
     parser.add_argument("--max-false-quarantine", type=float, default=0.01)
     parser.add_argument("--min-threshold", type=float, default=0.5)

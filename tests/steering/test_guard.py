@@ -15,6 +15,7 @@ import pytest
 from clef_pipelines.steering.guard import (
     InjectionGuard,
     guard_units,
+    knn_margin,
     prefix_windows,
     text_windows,
 )
@@ -150,6 +151,17 @@ def test_prefix_windows_get_their_own_gate(guard: InjectionGuard) -> None:
     gates = guard.gates(prefix)
     assert np.all(gates[prefix] == guard.prefix_gate_logit)
     assert np.all(gates[~prefix] == guard.gate_logit)
+
+
+def test_knn_margin_is_nearer_injection_less_nearer_clean() -> None:
+    """Mean cosine of the k nearest injection prototypes less that of the k nearest clean ones."""
+    positive = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=np.float32)
+    negative = np.array([[0.0, 0.0, 1.0], [0.6, 0.0, 0.8]], dtype=np.float32)
+    vectors = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]], dtype=np.float32)
+    assert np.allclose(knn_margin(vectors, positive, negative, 1), [1.0 - 0.6, 0.0 - 1.0])
+    assert np.allclose(knn_margin(vectors, positive, negative, 2), [0.5 - 0.3, 0.0 - 0.9])
+    # k larger than the prototypes: all of them.
+    assert np.allclose(knn_margin(vectors, positive, negative, 5), [0.5 - 0.3, 0.0 - 0.9])
 
 
 def test_planted_instruction_inside_a_clean_paragraph(guard: InjectionGuard) -> None:
