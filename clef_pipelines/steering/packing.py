@@ -135,6 +135,10 @@ class _Group:
         return shared_wording and layout == "state_key" and len(self.subjects) > 1
 
 
+#: A plan: the requests' groups, and the subjects that fit no request (with the reason).
+Plan = tuple[list[_Group], dict[str, str]]
+
+
 def _asks_for(subject: Subject, asks: Sequence[Ask]) -> list[Ask]:
     if subject.asks is None:
         return list(asks)
@@ -312,12 +316,14 @@ async def ask_packed(
     use_cache: bool = True,
     shared_wording: bool = False,
     first_ref: int = 1,
+    plan: Plan | None = None,
 ) -> PackedResult:
     """Ask every applicable ask about every subject, packed into as few requests as fit.
 
     `context` goes into every request's state (e.g. ``{"query": ...}``) and may be referred to
     from the ask instructions by key in backticks. Requests run concurrently; the client paces
-    them, retries what is retryable and caches answers.
+    them, retries what is retryable and caches answers. `plan`: what `plan_groups` returned
+    for these very arguments, when the caller has it already (it is not made again).
     """
     if layout not in ("state_key", "inline"):
         raise ValueError(f"layout must be 'state_key' or 'inline', not {layout!r}")
@@ -325,7 +331,7 @@ async def ask_packed(
         raise ValueError(f"context keys like '{_KEY_PREFIX}1' are reserved for subjects")
     if shared_wording and context and set(context) & {a.name for a in asks}:
         raise ValueError("with shared_wording, context keys must differ from the ask names")
-    groups, too_large = plan_groups(
+    groups, too_large = plan or plan_groups(
         client,
         subjects,
         asks,
