@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
 from clef_pipelines.cli.main import app
@@ -210,6 +209,8 @@ def check(config: ConfigOption = None) -> None:
     rows.append(("embedding", status, detail, ms))
     status, detail, ms = _check_store(settings, vector)
     rows.append(("store", status, detail, ms))
+
+    from rich.table import Table
 
     table = Table(title="clef-pipelines check")
     for col in ("component", "status", "latency", "detail"):

@@ -5,33 +5,58 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from dotenv import load_dotenv
-from rich.console import Console
-from rich.markup import escape
 
 from clef_pipelines.config import ConfigError, Settings, load_settings
 from clef_pipelines.privacy import apply_file_privacy
 from clef_pipelines.redact import redact
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def make_console(*, stderr: bool = False) -> Console:
     """The one place consoles are made. Document text, paths and errors are user data: no
     emoji codes (`:x:`), no highlighting; our own styles use markup, and every piece of user
     data goes through `lit` so that `[INST]` or a file named `[/bold].md` prints as written."""
+    from rich.console import Console
+
     return Console(stderr=stderr, highlight=False, emoji=False)
+
+
+class _LazyConsole:
+    """A console made on first use. Why: every command module is imported on every start, and
+    rich's console costs about 0.07 s of CPU to import, while `query --json` (and any
+    command that fails before printing) never prints through it."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_console", "_stderr"):
+            raise AttributeError(name)
+        return getattr(self.get(), name)
+
+    def get(self) -> Console:
+        """The console itself, for rich objects that hold one (a progress bar)."""
+        if self._console is None:
+            self._console = make_console(stderr=self._stderr)
+        return self._console
 
 
 def lit(value: object) -> str:
     """User data (document text, a path, an error message) made safe to print literally in a
     markup string or a table cell; secrets in it (URL passwords, bearer keys) are redacted."""
+    from rich.markup import escape
+
     return escape(redact(str(value)))
 
 
-console = make_console()
-err_console = make_console(stderr=True)
+console: Console = _LazyConsole()  # type: ignore[assignment]
+err_console: Console = _LazyConsole(stderr=True)  # type: ignore[assignment]
 _err = err_console
 
 ConfigOption = Annotated[
@@ -55,6 +80,8 @@ def load_env_file(path: Path = Path(".env")) -> None:
     """Load `.env` without overriding the shell; warn when others can read the secrets in it."""
     if not path.exists():
         return
+    from dotenv import load_dotenv  # only when there is a file to load (0.04 s of CPU)
+
     mode = path.stat().st_mode
     if mode & (stat.S_IRGRP | stat.S_IROTH):
         _err.print(

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
 from clef_pipelines.cli.main import app
@@ -92,6 +91,8 @@ def _print(document: dict[str, Any]) -> None:
     for values in systems.values():
         metrics += [m for m in values if m not in metrics]
     # Metrics down, systems across: stays readable with many metrics.
+    from rich.table import Table
+
     table = Table("metric", *(lit(s) for s in systems))
     for metric in metrics:
         table.add_row(

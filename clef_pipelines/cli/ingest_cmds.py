@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from clef_pipelines.cli.common import (
     ConfigOption,
@@ -165,7 +164,7 @@ def ingest(
         TimeElapsedColumn(),
         TextColumn("eta"),
         TimeRemainingColumn(),
-        console=err_console,
+        console=err_console.get(),  # type: ignore[attr-defined]
         transient=True,
         disable=as_json or not err_console.is_terminal,
     ) as bar:
@@ -308,6 +307,8 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
             f"[bold]{lit(r.source)}[/] -> {lit(docs.get('collection', '?'))}: {status} "
             f"(run {r.run_id[:8]})"
         )
+        from rich.table import Table
+
         table = Table(show_header=False, box=None, pad_edge=False)
         rows = [
             ("documents", docs.get("documents")),
@@ -444,6 +445,8 @@ def _inspect_file(settings: Settings, file: Path, as_json: bool) -> None:
         f"[bold]{lit(doc.title)}[/] ({lit(file)}): {len(blocks)} blocks, {len(pieces)} chunks "
         f"({settings.chunking.strategy})"
     )
+    from rich.table import Table
+
     table = Table("#", "section", "tokens", "chars", "text")
     for i, c in enumerate(pieces):
         table.add_row(
@@ -504,6 +507,8 @@ def _inspect_collection(settings: Settings, collection: str, as_json: bool) -> N
         f"ANN index: {index['ann_index'] or 'none (queries search exactly)'}; "
         f"{index['unindexed_rows']} of {index['rows']} rows not in it"
     )
+    from rich.table import Table
+
     table = Table("source", "documents", "records", "quarantined")
     for k, v in summary["sources"].items():
         table.add_row(lit(k), str(v["documents"]), str(v["records"]), str(v["quarantined"]))
