@@ -40,9 +40,9 @@ from clef_pipelines.clef.wire import (
     SystemOneRequest,
     SystemOneResponse,
     canonical_json,
-    parse_dumped_request,
-    parse_questions,
+    parse_and_dump_questions,
     parse_response,
+    request_from_parsed,
 )
 from clef_pipelines.clef.wire import (
     Usage as WireUsage,
@@ -234,18 +234,17 @@ class ClefClient:
         if not self.enabled:
             raise ClefNotConfigured(self.backend.describe())
         model = model or self.backend.model
-        parsed = parse_questions(dict(questions))
-        # Dumped once: planning counts these and the requests are built from them.
-        dumped = {qid: q.model_dump(mode="json", exclude_none=True) for qid, q in parsed.items()}
+        # Validated and dumped once: planning counts the dumps and the requests are built
+        # from both.
+        parsed, dumped = parse_and_dump_questions(dict(questions))
         parts, state_n = self._plan(state, dumped)
         requests = [
-            parse_dumped_request(
-                {
-                    "model": model,
-                    "state": state,
-                    "questions": part,
-                    **({"images": list(images)} if images else {}),
-                }
+            request_from_parsed(
+                model,
+                state,
+                {qid: parsed[qid] for qid in part},
+                part,
+                list(images) if images else None,
             )
             for part in parts
         ]

@@ -245,6 +245,74 @@ def parse_questions(questions: Any) -> dict[str, NoulQuestion | ChoiceQuestion |
         raise ClefValidationError(f"{field}: {msg}", field=field) from None
 
 
+#: Validated questions that are only a type and a string wording, with their wire dump, by
+#: (type, wording); bounded, cleared when full.
+_PLAIN_QUESTIONS: dict[tuple[str, str], tuple[Any, dict[str, Any]]] = {}
+_PLAIN_QUESTIONS_MAX = 8192
+
+
+def _plain_key(qid: Any, q: Any) -> tuple[str, str] | None:
+    if not (isinstance(qid, str) and 1 <= len(qid) <= 256 and isinstance(q, dict) and len(q) == 2):
+        return None
+    kind, wording = q.get("type"), q.get("instructions")
+    return (kind, wording) if isinstance(kind, str) and isinstance(wording, str) else None
+
+
+def parse_and_dump_questions(
+    questions: Any,
+) -> tuple[dict[str, NoulQuestion | ChoiceQuestion | ScoreQuestion], dict[str, dict[str, Any]]]:
+    """`parse_questions`, and each question's wire form (``model_dump(mode="json",
+    exclude_none=True)``), in the questions' order. A question that is only a type and a
+    string wording, validated once, is not validated again: packed requests ask the same
+    few wordings about `s1`, `s2` ... in query after query, and validating and dumping 63 of
+    them cost about 1 ms of a query's critical path (twice: the request is validated too).
+    Anything else, and the first sight of a wording, is validated as ever (same errors)."""
+    if not isinstance(questions, dict) or not questions:
+        raise ClefValidationError("questions: at least one question is required", field="questions")
+    keys = {qid: _plain_key(qid, q) for qid, q in questions.items()}
+    # Looked up once (another thread may clear the memo meanwhile).
+    hits = {
+        qid: _PLAIN_QUESTIONS.get(key) if key is not None else None for qid, key in keys.items()
+    }
+    rest = {qid: q for qid, q in questions.items() if hits[qid] is None}
+    fresh = parse_questions(rest) if rest else {}
+    parsed: dict[str, NoulQuestion | ChoiceQuestion | ScoreQuestion] = {}
+    dumped: dict[str, dict[str, Any]] = {}
+    for qid, key in keys.items():
+        hit = hits[qid]
+        if hit is None:
+            model = fresh[qid]
+            wire = model.model_dump(mode="json", exclude_none=True)
+            if key is not None:
+                if len(_PLAIN_QUESTIONS) >= _PLAIN_QUESTIONS_MAX:
+                    _PLAIN_QUESTIONS.clear()
+                _PLAIN_QUESTIONS[key] = (model, wire)
+        else:
+            model, wire = hit
+        parsed[qid] = model
+        dumped[qid] = dict(wire)  # a copy: the memo's own is never handed out
+    return parsed, dumped
+
+
+def request_from_parsed(
+    model: str,
+    state: Any,
+    parsed: dict[str, NoulQuestion | ChoiceQuestion | ScoreQuestion],
+    dumped: dict[str, dict[str, Any]],
+    images: list[str] | None = None,
+) -> SystemOneRequest:
+    """A request from questions `parse_and_dump_questions` gave (the same keys in `parsed`
+    and `dumped`): validated as ever (model, state, images, the 64-question cap), the
+    question objects taken as they are rather than validated again, and `wire()` reusing
+    their dump (`parse_dumped_request`)."""
+    body: dict[str, Any] = {"model": model, "state": state, "questions": parsed}
+    if images:
+        body["images"] = images
+    request = parse_request(body)
+    request._questions_wire = dumped
+    return request
+
+
 def option_ids(question: NoulQuestion | ChoiceQuestion | ScoreQuestion) -> list[str]:
     if isinstance(question, NoulQuestion):
         return ["true", "false"]

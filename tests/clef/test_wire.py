@@ -221,3 +221,34 @@ def test_exact_counter_from_a_release(tiny_release) -> None:  # type: ignore[no-
     # The tiny tokenizer has one token per byte.
     assert counter.count("héllo") == len("héllo".encode())
     assert not counter_for(None).exact
+
+
+def test_memoised_questions_give_what_a_fresh_validation_gives() -> None:
+    """`parse_and_dump_questions` reuses the validation of a plain question (a type and a
+    string wording) seen before: the second pass must give the same objects' dumps and the
+    same request as validating from scratch, in the same order, hand out its own copies, and
+    still refuse what is invalid."""
+    from clef_pipelines.clef.wire import parse_and_dump_questions, request_from_parsed
+
+    qs = {
+        f"s{i}.{a}": {"type": "noul", "instructions": f"About `s{i}`: {a}?"}
+        for i in range(1, 12)
+        for a in ("relevant", "evidence")
+    }
+    qs["inline"] = {"type": "noul", "instructions": {"passage": "x", "question": "y"}}
+    state = {"query": "q", "s1": "text"}
+    first = parse_and_dump_questions(dict(qs))
+    again = parse_and_dump_questions(dict(reversed(list(qs.items()))))
+    assert list(again[1]) == list(reversed(list(qs)))
+    assert again[1] == first[1]
+    request = request_from_parsed("m", state, *again)
+    assert request.wire() == parse_request({"model": "m", "state": state, "questions": qs}).wire()
+    again[1]["s1.relevant"]["type"] = "changed"  # a caller's copy, not the memo's
+    assert parse_and_dump_questions(dict(qs))[1]["s1.relevant"]["type"] == "noul"
+    with pytest.raises(ClefValidationError):
+        parse_and_dump_questions({"": {"type": "noul", "instructions": "About `s1`: relevant?"}})
+    with pytest.raises(ClefValidationError):
+        parse_and_dump_questions({"x": {"type": "noul", "instructions": "  "}})
+    many = {f"q{i}": {"type": "noul", "instructions": "About `s1`: relevant?"} for i in range(65)}
+    with pytest.raises(ClefValidationError):
+        request_from_parsed("m", state, *parse_and_dump_questions(many))
