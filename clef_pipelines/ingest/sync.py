@@ -188,6 +188,9 @@ def _record_batches(frame: pl.DataFrame, batch_rows: int) -> Iterator[list[dict[
         yield records
 
 
+#: Documents per stale-chunk delete (their current ids go in the same filter).
+_STALE_DOCS_PER_DELETE = 500
+
 #: Document ids per `count` when checking that new documents have no stored records.
 _CONFIRM_CHUNK = 1000
 
@@ -315,27 +318,24 @@ def sync_batch(
             if kill_after and report.upsert_batches >= kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    # Stale chunks exist only for documents that were stored before.
-    needs_stale = set(
-        inventory.filter(pl.col("status").is_in([CHANGED, REPAIR, RESCREEN]))["doc_id"].to_list()
+    # Stale chunks exist only for documents that were stored before; a changed document that
+    # now yields no chunks at all keeps none. One delete per group of documents, not one per
+    # document: every delete is a store write (a new LanceDB version, a Postgres statement),
+    # and a 1% refresh of a large source changes thousands of documents. Ids are unique across
+    # documents (they hash the document id), so "this group's documents, minus the ids they
+    # hold now" is exactly each document's stale chunks.
+    needs_stale = sorted(
+        set(inventory.filter(pl.col("status").is_in([CHANGED, REPAIR, RESCREEN]))["doc_id"])
     )
     if needs_stale and embedded.height:
-        current = embedded.filter(pl.col("doc_id").is_in(list(needs_stale)))
-        for (doc_id,), group in current.group_by(["doc_id"], maintain_order=True):
-            report.deleted_stale += store.delete(
-                collection,
-                where={
-                    "source": source,
-                    "doc_id": doc_id,
-                    "id": {"nin": group["id"].to_list()},
-                },
-            )
-        # A changed document that now yields no chunks at all keeps none.
-        emptied = needs_stale - set(current["doc_id"].unique().to_list())
-        for doc_id in sorted(emptied):
-            report.deleted_stale += store.delete(
-                collection, where={"source": source, "doc_id": doc_id}
-            )
+        current = embedded.filter(pl.col("doc_id").is_in(needs_stale))
+        for start in range(0, len(needs_stale), _STALE_DOCS_PER_DELETE):
+            group = needs_stale[start : start + _STALE_DOCS_PER_DELETE]
+            keep = current.filter(pl.col("doc_id").is_in(group))["id"].to_list()
+            where: dict[str, Any] = {"source": source, "doc_id": {"in": group}}
+            if keep:
+                where["id"] = {"nin": keep}
+            report.deleted_stale += store.delete(collection, where=where)
     report.documents_synced += embedded["doc_id"].n_unique() if embedded.height else 0
 
     for start in range(0, len(to_remove), 500):

@@ -128,3 +128,39 @@ def test_another_sources_documents_are_not_touched(store: LanceDBStore) -> None:
     sync(store, "a", inventory("a", {"d1": CHANGED}), edited)
     assert stored_ids(store, "a") == Counter(edited["id"].to_list())
     assert stored_ids(store, "b") == Counter(theirs["id"].to_list())
+
+
+def test_stale_chunks_of_changed_documents_go_in_grouped_deletes(
+    store: LanceDBStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clef_pipelines.ingest import sync as sync_module
+
+    before = {
+        "d1": ["kept one", "old one"],
+        "d2": ["old two"],
+        "d3": ["kept three", "old three a", "old three b"],
+        "d4": ["old four"],  # changes to nothing at all: keeps none
+        "d5": ["untouched five"],
+    }
+    sync(store, "a", inventory("a", dict.fromkeys(before, NEW)), chunks("a", before))
+    sync(store, "b", inventory("b", {"d1": NEW}), chunks("b", {"d1": ["old one"]}))
+
+    after = {"d1": ["kept one", "new one"], "d2": ["new two"], "d3": ["kept three"]}
+    changed = dict.fromkeys(["d1", "d2", "d3", "d4"], CHANGED)
+    monkeypatch.setattr(sync_module, "_STALE_DOCS_PER_DELETE", 3)
+    deletes: list[dict] = []  # type: ignore[type-arg]
+    real = store.delete
+
+    def counted(collection: str, **kwargs):  # type: ignore[no-untyped-def]
+        deletes.append(kwargs["where"])
+        return real(collection, **kwargs)
+
+    store.delete = counted  # type: ignore[method-assign]
+    sync(store, "a", inventory("a", changed), chunks("a", after, doc_hash="h2"))
+
+    # Four changed documents, three a delete: two deletes, not one per document.
+    assert [w["doc_id"]["in"] for w in deletes] == [["d1", "d2", "d3"], ["d4"]]
+    expected = chunks("a", {**after, "d5": before["d5"]})["id"].to_list()
+    assert stored_ids(store, "a") == Counter(expected)
+    # The other source's record with the same document id and text is untouched.
+    assert stored_ids(store, "b") == Counter(chunks("b", {"d1": ["old one"]})["id"].to_list())
