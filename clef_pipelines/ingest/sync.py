@@ -188,8 +188,8 @@ def _record_batches(frame: pl.DataFrame, batch_rows: int) -> Iterator[list[dict[
         yield records
 
 
-#: Documents per stale-chunk delete (their current ids go in the same filter).
-_STALE_DOCS_PER_DELETE = 500
+#: Changed documents per delete when their stored rows are replaced.
+_REPLACED_DOCS_PER_DELETE = 500
 
 #: Document ids per `count` when checking that new documents have no stored records.
 _CONFIRM_CHUNK = 1000
@@ -279,9 +279,10 @@ def sync_batch(
     """Sync one batch of a source (its inventory rows and embedded chunks) into `report`;
     returns whether the store was touched. Call `finish_sync` once after the last batch.
 
-    The chunks of NEW documents are appended (`VectorStore.insert`), the others upserted:
-    the caller passes an inventory that `confirm_new_documents` checked against the store
-    under the collection's lock, before the sync's first write."""
+    The chunks of NEW documents are appended (`VectorStore.insert`); changed, repaired and
+    rescreened documents have their stored rows deleted, then are appended too. The caller
+    passes an inventory that `confirm_new_documents` checked against the store under the
+    collection's lock, before the sync's first write."""
     to_remove = inventory.filter(pl.col("status") == REMOVED)["doc_id"].to_list()
     if embedded.height == 0 and not to_remove:
         return False  # nothing changed: write nothing, not even the manifest
@@ -293,22 +294,46 @@ def sync_batch(
         collection_spec(collection, embedder, embedded, text_language=text_language)
     )
 
+    # Changed, repaired and rescreened documents are replaced whole: their stored rows are
+    # deleted, then their current chunks appended with the new documents' chunks. An upsert
+    # by id (LanceDB's merge_insert) joins against the whole table on every write, so a 1%
+    # refresh of a large source cost seconds a write; a delete by `doc_id` (indexed) and an
+    # append do not. One delete per group of documents, not one per document: every delete is
+    # a store write (a LanceDB version, a Postgres statement). A run killed between the delete
+    # and the append leaves those documents with no rows or an incomplete set, which the next
+    # run's inventory marks NEW or REPAIR, so a rerun repairs it. A document that now yields no
+    # chunks at all keeps none.
+    restated = (
+        sorted(set(inventory.filter(pl.col("status").is_in([CHANGED, REPAIR, RESCREEN]))["doc_id"]))
+        if embedded.height
+        else []
+    )
+    for start in range(0, len(restated), _REPLACED_DOCS_PER_DELETE):
+        group = restated[start : start + _REPLACED_DOCS_PER_DELETE]
+        where = {"source": source, "doc_id": {"in": group}}
+        current = set(embedded.filter(pl.col("doc_id").is_in(group))["id"])
+        stored = [r["id"] for r in store.scan(collection, where=where, fields=[])]
+        if stored:
+            store.delete(collection, where=where)
+            # What the report calls stale: stored rows the documents no longer hold.
+            report.deleted_stale += sum(1 for i in stored if i not in current)
+
     kill_after = int(os.environ.get(KILL_AFTER_UPSERTS_ENV, "0") or 0)
     done_before = report.upserted
     total = embedded.height
-    # Chunks of documents the store holds nothing of are appended; the rest (changed,
-    # repaired, rescreened documents) replace what is stored by id.
-    new_docs = inventory.filter(pl.col("status") == NEW)["doc_id"]
     # (A batch with removals only may come as a frame without columns.)
-    is_new = embedded["doc_id"].is_in(new_docs.implode()) if embedded.height else None
-    if is_new is None:
-        parts = []
-    elif is_new.all():  # a first load: no copy of the frame
-        parts = [(store.insert, embedded)]
-    elif not is_new.any():
-        parts = [(store.upsert, embedded)]
+    if embedded.height:
+        replaced = inventory.filter(pl.col("status").is_in([NEW, CHANGED, REPAIR, RESCREEN]))
+        appended = embedded["doc_id"].is_in(replaced["doc_id"].implode())
+        if appended.all():  # no copy of the frame
+            parts = [(store.insert, embedded)]
+        else:  # (chunks of a document the inventory did not mark: looked up by id, as before)
+            parts = [
+                (store.insert, embedded.filter(appended)),
+                (store.upsert, embedded.filter(~appended)),
+            ]
     else:
-        parts = [(store.insert, embedded.filter(is_new)), (store.upsert, embedded.filter(~is_new))]
+        parts = []
     for write, part in parts:
         for batch in _record_batches(part, batch_rows):
             report.upserted += write(collection, batch)
@@ -317,25 +342,6 @@ def sync_batch(
                 progress(report.upserted - done_before, total)
             if kill_after and report.upsert_batches >= kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
-
-    # Stale chunks exist only for documents that were stored before; a changed document that
-    # now yields no chunks at all keeps none. One delete per group of documents, not one per
-    # document: every delete is a store write (a new LanceDB version, a Postgres statement),
-    # and a 1% refresh of a large source changes thousands of documents. Ids are unique across
-    # documents (they hash the document id), so "this group's documents, minus the ids they
-    # hold now" is exactly each document's stale chunks.
-    needs_stale = sorted(
-        set(inventory.filter(pl.col("status").is_in([CHANGED, REPAIR, RESCREEN]))["doc_id"])
-    )
-    if needs_stale and embedded.height:
-        current = embedded.filter(pl.col("doc_id").is_in(needs_stale))
-        for start in range(0, len(needs_stale), _STALE_DOCS_PER_DELETE):
-            group = needs_stale[start : start + _STALE_DOCS_PER_DELETE]
-            keep = current.filter(pl.col("doc_id").is_in(group))["id"].to_list()
-            where: dict[str, Any] = {"source": source, "doc_id": {"in": group}}
-            if keep:
-                where["id"] = {"nin": keep}
-            report.deleted_stale += store.delete(collection, where=where)
     report.documents_synced += embedded["doc_id"].n_unique() if embedded.height else 0
 
     for start in range(0, len(to_remove), 500):

@@ -130,7 +130,7 @@ def test_another_sources_documents_are_not_touched(store: LanceDBStore) -> None:
     assert stored_ids(store, "b") == Counter(theirs["id"].to_list())
 
 
-def test_stale_chunks_of_changed_documents_go_in_grouped_deletes(
+def test_changed_documents_are_replaced_by_grouped_deletes_and_appends(
     store: LanceDBStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from clef_pipelines.ingest import sync as sync_module
@@ -147,20 +147,40 @@ def test_stale_chunks_of_changed_documents_go_in_grouped_deletes(
 
     after = {"d1": ["kept one", "new one"], "d2": ["new two"], "d3": ["kept three"]}
     changed = dict.fromkeys(["d1", "d2", "d3", "d4"], CHANGED)
-    monkeypatch.setattr(sync_module, "_STALE_DOCS_PER_DELETE", 3)
-    deletes: list[dict] = []  # type: ignore[type-arg]
-    real = store.delete
+    monkeypatch.setattr(sync_module, "_REPLACED_DOCS_PER_DELETE", 3)
+    calls: list[tuple[str, object]] = []
+    for name in ("delete", "insert", "upsert"):
+        real = getattr(store, name)
 
-    def counted(collection: str, **kwargs):  # type: ignore[no-untyped-def]
-        deletes.append(kwargs["where"])
-        return real(collection, **kwargs)
+        def counted(collection: str, *args, _real=real, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append((_name, kwargs.get("where")))
+            return _real(collection, *args, **kwargs)
 
-    store.delete = counted  # type: ignore[method-assign]
-    sync(store, "a", inventory("a", changed), chunks("a", after, doc_hash="h2"))
+        setattr(store, name, counted)
+    report = sync_source(
+        store,
+        "c",
+        "a",
+        inventory("a", changed),
+        chunks("a", after, doc_hash="h2"),
+        EMBEDDER,
+        chunker="structural",
+        batch_rows=2,
+    )
 
-    # Four changed documents, three a delete: two deletes, not one per document.
-    assert [w["doc_id"]["in"] for w in deletes] == [["d1", "d2", "d3"], ["d4"]]
-    expected = chunks("a", {**after, "d5": before["d5"]})["id"].to_list()
-    assert stored_ids(store, "a") == Counter(expected)
+    # Four changed documents, three a delete: two deletes before any write, not one per
+    # document; then every current chunk appended, nothing looked up by id.
+    deletes = [where for name, where in calls if name == "delete"]
+    assert [w["doc_id"]["in"] for w in deletes] == [["d1", "d2", "d3"], ["d4"]]  # type: ignore[index]
+    assert [name for name, _ in calls[:2]] == ["delete", "delete"]
+    assert {name for name, _ in calls[2:]} == {"insert"}
+    # Stale: old one, old two, old three a and b, old four (not the two kept chunks).
+    assert report.deleted_stale == 5
+    expected = chunks("a", {**after, "d5": before["d5"]}, doc_hash="h2")
+    assert stored_ids(store, "a") == Counter(expected["id"].to_list())
+    stored = {r["id"]: r for r in store.scan("c", where={"source": "a"})}
+    # A kept chunk carries its document's new hash: it was rewritten, not left as it was.
+    kept = expected.filter(pl.col("text") == "kept one")["id"].item()
+    assert stored[kept]["doc_hash"] == "h2"
     # The other source's record with the same document id and text is untouched.
     assert stored_ids(store, "b") == Counter(chunks("b", {"d1": ["old one"]})["id"].to_list())
