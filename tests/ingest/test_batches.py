@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 
 from clef_pipelines.ingest.batches import (
@@ -129,6 +130,28 @@ def test_regroup_leaves_one_file_per_batch_with_the_same_rows_in_order(
     ]
     assert all({path for path, _ in pairs} == {pairs[0][0]} for pairs in batches.index().values())
     assert not (tmp_path / "staged" / ".regroup").exists()
+
+
+def test_batch_files_keep_statistics_of_the_batch_and_document_id_only(tmp_path: Path) -> None:
+    """A text column's min and max would be whole passages in every row group's footer entry
+    (held by each open writer until it closes); the batch key's are what the index reads."""
+    out = BatchWriter(tmp_path / "staged")
+    text = ["x" * 3000, "y" * 3000, "z" * 3000]
+    out.write(pl.DataFrame({"doc_id": ["a", "b", "c"], "text": text, BATCH: [1, 0, 1]}))
+    out.write(pl.DataFrame({"doc_id": ["d"], "text": ["w" * 3000], BATCH: [0]}))
+    out.regroup()
+    batches = out.finish()
+    assert {k: f["doc_id"].to_list() for k, f in batches} == {0: ["b", "d"], 1: ["a", "c"]}
+    for path in batches.files():
+        meta = pq.ParquetFile(path).metadata
+        for rg in range(meta.num_row_groups):
+            stats = {
+                meta.row_group(rg).column(i).path_in_schema: meta.row_group(rg).column(i)
+                for i in range(meta.num_columns)
+            }
+            assert stats[BATCH].is_stats_set and stats["doc_id"].is_stats_set
+            assert not stats["text"].is_stats_set
+        assert meta.serialized_size < 3000  # no passage in the footer
 
 
 def test_source_streams_in_batches_and_a_refresh_touches_only_changed_ones(
