@@ -177,12 +177,18 @@ def bench_size(
     runs: list[str],
     guard: str,
     index: str = "on",
+    resume: bool = False,
 ) -> list[dict[str, Any]]:
     work = root / f"n{n}"
     work.mkdir(parents=True, exist_ok=True)
     corpus = work / "corpus.jsonl"
     t = time.perf_counter()
-    if _reusable(corpus, n):
+    if resume:
+        # A kept folder's corpus and state as they are: the runs continue the earlier ones.
+        if not (corpus.exists() and (work / "state").exists()):
+            raise SystemExit(f"--resume: {work} holds no corpus and state of an earlier run")
+        print(f"# resuming {work} (its corpus and state as they are)", flush=True)
+    elif _reusable(corpus, n):
         # Seeded, so the kept corpus of a `--keep` folder is the one `generate` would write
         # (500,000 documents take minutes to generate); its state is not reused.
         for stale in ("state", "dagster"):
@@ -278,6 +284,12 @@ def main() -> None:
         choices=["on", "off"],
         help="off: the LanceDB ANN index is not built (the streaming steps alone).",
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="Continue a --keep folder's runs on its corpus and state as they are (e.g. "
+        "--runs edited after a first run that was stopped there); pass the flags it ran with.",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -285,6 +297,8 @@ def main() -> None:
         child_run(args.child, args.child_out)
         return
     sizes = [int(x) for x in args.sizes.split(",") if x]
+    if args.resume and not args.keep:
+        parser.error("--resume needs --keep (the folder of the runs to continue)")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         root = args.keep or Path(tmp)
@@ -298,6 +312,7 @@ def main() -> None:
                     args.runs.split(","),
                     args.guard,
                     args.index,
+                    args.resume,
                 )
             )
             (root / "bench_scale.json").write_text(json.dumps(rows, indent=1))
