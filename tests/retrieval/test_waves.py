@@ -296,7 +296,9 @@ def test_probability_order_asks_everything_at_once(
     c = res.stage("classify")
     assert c.details["waves"] == 1 and c.details["passages"] == 30
     assert "probability" in c.details["waves_off"]
-    assert [len(b["questions"]) for b in fake.requests] == [63, 27, 1]
+    # The two classify requests go out concurrently (either may arrive first); then the gate.
+    sizes = [len(b["questions"]) for b in fake.requests]
+    assert sorted(sizes[:2]) == [27, 63] and sizes[2:] == [1]
 
 
 def test_auto_asks_at_once_while_recent_heads_did_not_settle(
