@@ -36,6 +36,8 @@ _pre = argparse.ArgumentParser(add_help=False)
 _pre.add_argument("--code", type=Path)
 sys.path.insert(0, str(_pre.parse_known_args()[0].code or REPO))
 
+from _code_at import code_at  # noqa: E402
+
 from clef_pipelines.config import load_settings  # noqa: E402
 from clef_pipelines.embedding import make_embedder  # noqa: E402
 from clef_pipelines.ingest import batch_steps  # noqa: E402
@@ -150,16 +152,7 @@ def compare(a: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-refresh-sync-code-") as tmp:
         for rev in a.compare.split(","):
-            code = REPO
-            if rev != ".":
-                code = Path(tmp) / rev
-                code.mkdir()
-                archive = subprocess.run(
-                    ["git", "-C", str(REPO), "archive", rev, "clef_pipelines"],
-                    check=True,
-                    capture_output=True,
-                ).stdout
-                subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+            code = code_at(rev, Path(tmp))
             out = Path(tmp) / "summary.json"
             cmd = [sys.executable, __file__, "--run-dir", str(a.run_dir), "--code", str(code)]
             cmd += ["--fraction", str(a.fraction), "--source", a.source, "--json", str(out)]

@@ -33,6 +33,7 @@ _pre.add_argument("--code", type=Path)
 sys.path.insert(0, str(_pre.parse_known_args()[0].code or REPO))
 
 import pyarrow.parquet as pq  # noqa: E402
+from _code_at import code_at  # noqa: E402
 
 from clef_pipelines.ingest.batches import BatchWriter, FrameBatches  # noqa: E402
 from clef_pipelines.ingest.process_memory import limit_malloc_arenas, peak_rss_gb  # noqa: E402
@@ -81,16 +82,7 @@ def compare(a: argparse.Namespace) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-regroup-code-") as tmp:
         for rev in a.compare.split(","):
-            code = REPO
-            if rev != ".":
-                code = Path(tmp) / rev
-                code.mkdir()
-                archive = subprocess.run(
-                    ["git", "-C", str(REPO), "archive", rev, "clef_pipelines"],
-                    check=True,
-                    capture_output=True,
-                ).stdout
-                subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+            code = code_at(rev, Path(tmp))
             out = Path(tmp) / "summary.json"
             cmd = [sys.executable, __file__, "--parsed", str(a.parsed), "--code", str(code)]
             cmd += ["--reads", str(a.reads), "--json", str(out)]
