@@ -37,6 +37,7 @@ _pre.add_argument("--code", type=Path)
 sys.path.insert(0, str(_pre.parse_known_args()[0].code or REPO))
 
 from _code_at import code_at  # noqa: E402
+from _store_calls import time_store_calls  # noqa: E402
 
 from clef_pipelines.config import load_settings  # noqa: E402
 from clef_pipelines.embedding import make_embedder  # noqa: E402
@@ -71,32 +72,6 @@ class EditedBatches(FrameBatches):
         )
 
 
-def _count_calls(store: Any, log: list[dict[str, Any]]) -> None:
-    """Time every write, delete and upkeep of the store (wrapping its methods). A write's or
-    delete's time is its own: an upkeep it triggers is logged as an upkeep, not in it."""
-    nested = [0.0]  # seconds of the upkeeps run inside the call being timed
-    for name, kind in (
-        ("upsert", "write"),
-        ("insert", "write"),
-        ("delete", "delete"),
-        ("_optimize", "upkeep"),
-    ):
-        if not hasattr(store, name):
-            continue
-        real = getattr(store, name)
-
-        def timed(*args: Any, _real: Any = real, _kind: str = kind, **kw: Any) -> Any:
-            outer, nested[0] = nested[0], 0.0
-            t0 = time.perf_counter()
-            out = _real(*args, **kw)
-            took = time.perf_counter() - t0
-            log.append({"kind": _kind, "s": took if _kind == "upkeep" else took - nested[0]})
-            nested[0] = outer + (took if _kind == "upkeep" else 0.0)
-            return out
-
-        setattr(store, name, timed)
-
-
 def refresh(a: argparse.Namespace) -> dict[str, Any]:
     limit_malloc_arenas()  # as the ingest process does (clef_pipelines/definitions.py)
     load_start = os.getloadavg()[0]
@@ -118,7 +93,7 @@ def refresh(a: argparse.Namespace) -> dict[str, Any]:
         collection = settings.collection_of(settings.source(a.source))
         rows_before = store.count(collection)
         log: list[dict[str, Any]] = []
-        _count_calls(store, log)
+        time_store_calls(store, log)
         t0 = time.perf_counter()
         done = batch_steps.sync_batches(
             settings, a.source, store, embedder, touched.select("doc_id", "status", BATCH), embedded

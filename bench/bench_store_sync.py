@@ -54,6 +54,7 @@ _pre.add_argument("--code", type=Path)
 sys.path.insert(0, str(_pre.parse_known_args()[0].code or REPO))
 
 from _code_at import code_at  # noqa: E402
+from _store_calls import time_store_calls  # noqa: E402
 
 from clef_pipelines.config import load_settings  # noqa: E402
 from clef_pipelines.embedding import make_embedder  # noqa: E402
@@ -120,37 +121,16 @@ class ReplayedBatches(FrameBatches):
 
 
 def _instrument(store: Any, log: list[dict[str, Any]], upkeep_lines: bool = False) -> None:
-    """Time every write, delete and upkeep of the store (wrapping its methods). A write's or
-    delete's time is its own: an upkeep it triggers is logged as an upkeep, not in it."""
-    nested = [0.0]  # seconds of the upkeeps run inside the call being timed
-    kinds = (
-        ("upsert", "write"),
-        ("insert", "write"),
-        ("delete", "delete"),
-        ("_optimize", "upkeep"),
-    )
-    for name, kind in kinds:
-        if not hasattr(store, name):
-            continue
-        real = getattr(store, name)
+    """Time every write, delete and upkeep of the store; with ``upkeep_lines``, a line per
+    upkeep (the table's rows, its seconds, the peak so far)."""
 
-        def timed(*args: Any, _real: Any = real, _kind: str = kind, **kw: Any) -> Any:
-            outer, nested[0] = nested[0], 0.0
-            t0 = time.perf_counter()
-            out = _real(*args, **kw)
-            took = time.perf_counter() - t0
-            own = took if _kind == "upkeep" else took - nested[0]
-            log.append({"kind": _kind, "s": own})
-            if _kind == "upkeep" and upkeep_lines:
-                print(
-                    f"  upkeep at {store.count(*args[:1])} rows: {took:.1f} s, "
-                    f"peak {peak_rss_gb():.2f} GB",
-                    flush=True,
-                )
-            nested[0] = outer + (took if _kind == "upkeep" else 0.0)
-            return out
+    def line(args: tuple[Any, ...], took: float) -> None:
+        print(
+            f"  upkeep at {store.count(*args[:1])} rows: {took:.1f} s, peak {peak_rss_gb():.2f} GB",
+            flush=True,
+        )
 
-        setattr(store, name, timed)
+    time_store_calls(store, log, line if upkeep_lines else None)
 
 
 class PhaseSampler:
