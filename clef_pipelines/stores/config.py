@@ -48,6 +48,22 @@ class LanceDBConfig(StrictModel):
         "one are this share of the table (each upkeep updates every index, so a load's upkeeps "
         "stay O(log rows); 0: every `optimize_every` writes).",
     )
+    upkeep_rows: int = Field(
+        131_072,
+        ge=0,
+        description="Upkeep during writes comes at the latest once this many rows were written or "
+        "deleted since the last one, whatever the table's size: its index update's memory "
+        "follows the rows it folds in, so a share of a large table made the sync's memory "
+        "grow with the table (0: `upkeep_fraction` alone).",
+    )
+    index_delta_rows: int = Field(
+        262_144,
+        ge=0,
+        description="Upkeep folds new rows into a scalar or full-text index's latest delta while "
+        "that covers fewer than this many rows, else into a new delta: merging into one index "
+        "rewrote it whole, with memory that grew with the table. A query searches every delta "
+        "(same results, a cost that grows with their number). 0: always merge.",
+    )
     compaction_target_rows: int = Field(
         16_384,
         ge=1,

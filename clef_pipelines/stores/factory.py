@@ -48,6 +48,8 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             ef=c.ef,
             cleanup_older_than_s=c.cleanup_older_than_s,
             upkeep_fraction=c.upkeep_fraction,
+            upkeep_rows=c.upkeep_rows,
+            index_delta_rows=c.index_delta_rows,
             compaction_target_rows=c.compaction_target_rows,
             index_segment_rows=c.index_segment_rows,
             metadata_cache_mb=c.metadata_cache_mb,

@@ -284,6 +284,8 @@ class LanceDBStore(VectorStore):
         ef: int = 100,
         cleanup_older_than_s: float = 60.0,
         upkeep_fraction: float = 0.5,
+        upkeep_rows: int = 131_072,
+        index_delta_rows: int = 262_144,
         compaction_target_rows: int = 16_384,
         index_segment_rows: int = 100_000,
         metadata_cache_mb: int = 128,
@@ -301,6 +303,8 @@ class LanceDBStore(VectorStore):
         self.ef = ef
         self.cleanup_older_than_s = cleanup_older_than_s
         self.upkeep_fraction = upkeep_fraction
+        self.upkeep_rows = upkeep_rows
+        self.index_delta_rows = index_delta_rows
         self.compaction_target_rows = compaction_target_rows
         self.index_segment_rows = index_segment_rows
         # Strong consistency: other processes (Dagster steps) may write the same tables.
@@ -529,11 +533,18 @@ class LanceDBStore(VectorStore):
         self._since_upkeep[name] = (writes, touched)
         if not self.optimize_every or writes < self.optimize_every:
             return
-        # Rows written or deleted since the last upkeep against the table as it was then: an
-        # upkeep updates every index of the table (see the module docstring), so it waits
-        # until the rows touched are a share of it; a small table is kept up every
-        # `optimize_every` writes.
-        if touched >= self.upkeep_fraction * self._rows_at_upkeep.get(name, 0):
+        # Rows written or deleted since the last upkeep against the table as it was then: a
+        # small table is kept up every `optimize_every` writes, a larger one once the rows
+        # touched are a share of it, and never more than `upkeep_rows` rows later. Why the
+        # cap: an upkeep's index update holds memory in proportion to the rows it folds in,
+        # so with the share alone a load's last upkeeps folded in a third of the table each
+        # (1.2M rows at 3.8M) and the sync's memory grew with the table. An upkeep now costs
+        # the rows folded in plus one index delta of at most `index_delta_rows`
+        # (`_update_index`), not the table, so upkeeps spaced by rows keep a load linear.
+        due = self.upkeep_fraction * self._rows_at_upkeep.get(name, 0)
+        if self.upkeep_rows:
+            due = min(due, self.upkeep_rows)
+        if touched >= due:
             self._optimize(name)
 
     def _index_if_due(self, spec: CollectionSpec) -> str | None:
@@ -684,11 +695,13 @@ class LanceDBStore(VectorStore):
         # One index at a time, the memory each update freed handed back before the next: in
         # one call their buffers added up (folding 200,000 rows into the six indexes of a
         # sync's table: +0.13 GB in one call, at most +0.06 one at a time, the full-text
-        # index's; docs/BENCHMARKS.md "The sync's memory as the table grows"). Each update
-        # grows with the rows folded in, so upkeeps spaced by `upkeep_fraction` grew with the
-        # table.
+        # index's; docs/BENCHMARKS.md "The sync's memory as the table grows").
+        vector = {ix.name for ix in indexes if "vector" in ix.columns}
         for index_name in names:
-            ds.optimize.optimize_indices(index_names=[index_name])
+            if index_name in vector:  # one whole ANN index (index_segment_rows 0): as before
+                ds.optimize.optimize_indices(index_names=[index_name])
+            else:
+                self._update_index(ds, index_name)
             trim_heap()
         # Versions older than the window go (0 would break a concurrent reader of an older
         # version). Lance reads a zero timedelta as "not given", so 0 is said as "keep one".
@@ -704,6 +717,34 @@ class LanceDBStore(VectorStore):
         trim_heap()
         self._since_upkeep[name] = (0, 0)
         self._rows_at_upkeep[name] = int(t.count_rows())
+
+    def _update_index(self, ds: Any, index_name: str) -> None:
+        """Fold the rows written since into scalar or full-text index ``index_name``: into its
+        latest delta while that covers fewer than ``index_delta_rows`` rows, else into a new
+        delta of their own (Lance's ``num_indices_to_merge`` 1 or 0).
+
+        Why: Lance's default merges the new rows into the index, rewriting it whole, and that
+        merge's memory grew with the table: folding the same 100,000 rows into the full-text
+        index took +0.13 GB at 379,024 rows and +0.27 GB at 1.1 million; as a delta of their
+        own +0.09 and +0.07, and the B-trees' likewise (docs/BENCHMARKS.md, "Upkeep in
+        bounded memory"). So an index is kept as deltas of about ``index_delta_rows`` rows,
+        and an update rewrites one of them at most. A query searches every delta and Lance
+        combines their results (full-text scores use the deltas' combined statistics: the
+        same scores as one merged index), so results do not change; what grows with the
+        number of deltas (rows / ``index_delta_rows``) is a query's cost. 0: always merge
+        (Lance's default)."""
+        merge_into_latest = True
+        if self.index_delta_rows:
+            desc = next((d for d in ds.describe_indices() if d.name == index_name), None)
+            if desc is not None and desc.segments:
+                rows = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
+                # Lance merges into the most recently updated delta.
+                latest = max(desc.segments, key=lambda seg: seg.dataset_version_at_last_update)
+                held = sum(rows.get(f, 0) or 0 for f in latest.fragment_ids)
+                merge_into_latest = held < self.index_delta_rows
+        ds.optimize.optimize_indices(
+            index_names=[index_name], num_indices_to_merge=1 if merge_into_latest else 0
+        )
 
     def maintain(self, collection: str) -> dict[str, Any]:
         spec = self.get_spec(collection)

@@ -179,6 +179,84 @@ def _rec(i: int) -> dict[str, Any]:
     return {"id": uid(i), "vector": vec(i), "doc_id": f"d{i // 10}", "n": i}
 
 
+def test_lancedb_upkeep_comes_every_upkeep_rows_on_a_large_table(tmp_path: pathlib.Path) -> None:
+    """Upkeep during writes waits for a share of the table, but never past `upkeep_rows` rows:
+    its index update holds memory in proportion to the rows it folds in, so with the share
+    alone a large load's upkeeps folded in ever more rows (the sync's memory grew with the
+    table)."""
+    from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+    store = LanceDBStore(tmp_path / "l", optimize_every=2, upkeep_fraction=0.5, upkeep_rows=40)
+    folded: list[int] = []
+    real = store._optimize
+
+    def counted(name: str) -> None:
+        folded.append(store._since_upkeep[name][1])
+        real(name)
+
+    store._optimize = counted  # type: ignore[method-assign]
+    store.ensure_collection(spec())
+    for w in range(64):
+        store.upsert("docs", [_rec(w * 10 + i) for i in range(10)])
+    # Half the table (at least `optimize_every` writes) while that is under 40 rows, then
+    # every 40 rows up to 640 (the share alone: 9 upkeeps, the last folding in 200 rows).
+    first = folded.index(40)
+    assert all(n < 40 for n in folded[:first]) and set(folded[first:]) == {40}
+    assert len(folded[first:]) == 13  # 120 rows first, 13 x 40, 0 left
+    assert sum(folded) + store._since_upkeep["docs"][1] == 640
+    assert store.count("docs") == 640
+    assert store.query("docs", vec(639), top_k=1)[0].id == uid(639)
+
+
+def test_lancedb_index_updates_keep_deltas_of_bounded_rows(tmp_path: pathlib.Path) -> None:
+    """Upkeep folds new rows into a scalar or full-text index's latest delta while it covers
+    fewer than `index_delta_rows` rows, else into a new delta (merging into one index rewrote
+    it whole, with memory that grew with the table). The results are those of one merged
+    index: text scores, filtered queries, reads and deletes by id and by document."""
+    from dataclasses import replace
+
+    from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+    stores = {
+        rows: LanceDBStore(tmp_path / f"l{rows}", optimize_every=0, index_delta_rows=rows)
+        for rows in (0, 30)
+    }
+    words = ["alpha beta", "beta gamma", "gamma delta zanzibar", "alpha"]
+    for store in stores.values():
+        store.ensure_collection(replace(spec(), text_fields=("text",)))
+        for round_ in range(4):  # 20 rows a round, then an upkeep
+            rows = range(round_ * 20, round_ * 20 + 20)
+            store.upsert("docs", [{**_rec(i), "text": words[i % 4] + f" w{i}"} for i in rows])
+            store.maintain("docs")
+
+    def segments(store: LanceDBStore) -> dict[str, int]:
+        ds = store._table("docs").to_lance()
+        return {d.name: len(d.segments) for d in ds.describe_indices()}
+
+    # 20 rows; 40 (merged: 20 < 30); then 40 >= 30, so a new delta of 20; merged into it: 40.
+    assert set(segments(stores[30]).values()) == {2}
+    assert set(segments(stores[0]).values()) == {1}
+    for store in stores.values():
+        table = store._table("docs")
+        assert all(
+            table.index_stats(ix.name).num_unindexed_rows == 0 for ix in table.list_indices()
+        )
+
+    def answers(store: LanceDBStore) -> list[Any]:
+        text = [(h.id, round(h.raw_score, 6)) for h in store.text_query("docs", "gamma", top_k=50)]
+        near = [h.id for h in store.query("docs", vec(70), where={"doc_id": "d7"}, top_k=5)]
+        got = sorted(r["id"] for r in store.get("docs", [uid(5), uid(45), uid(75)]))
+        return [text, near, got, store.count("docs", where={"doc_id": {"in": ["d1", "d6"]}})]
+
+    assert answers(stores[30]) == answers(stores[0])
+    assert len(answers(stores[30])[0]) == 40
+    for store in stores.values():
+        assert store.delete("docs", where={"doc_id": {"in": ["d1", "d6"]}}) == 20
+        store.maintain("docs")
+    assert answers(stores[30]) == answers(stores[0])
+    assert answers(stores[30])[3] == 0
+
+
 def test_lancedb_upkeep_leaves_large_fragments_alone(tmp_path: pathlib.Path) -> None:
     """Upkeep compacts only fragments below `compaction_target_rows`. LanceDB's own optimize
     (a 1M-row target) merged every indexed fragment below it into one at each upkeep, so
