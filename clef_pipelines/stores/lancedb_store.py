@@ -24,15 +24,17 @@
   older than ``cleanup_older_than_s`` removed so the disk does not grow without bound) runs in
   `maintain` and during writes once at least ``optimize_every`` writes and rows written or
   deleted of at least ``upkeep_fraction`` of the table (as it was at the last upkeep, or as
-  this process first found it) have accumulated. Compaction goes through Lance itself
+  this process first found it), or of ``upkeep_rows``, whichever is fewer, have accumulated. Compaction goes through Lance itself
   (``compact_files``) with a target of ``compaction_target_rows`` rows per fragment: LanceDB's
   own ``optimize`` compacts every fragment below a 1M-row target, so below 1M rows each upkeep
   rewrote the whole table, with memory and time that grew with it (the 50,000-document first
   run peaked in it, docs/BENCHMARKS.md "Scale"); with the smaller target, fragments that reach
   it are left alone and one upkeep rewrites the rows written since and small fragments next
-  to each other, so its memory is set by the target, not the table. The fraction still
-  spaces upkeeps out: an index update still reads every index (its cost grows with the
-  table), so a load of N rows takes O(log N) upkeeps. Lance's runtime is a second one next
+  to each other, so its memory is set by the target, not the table. The scalar and
+  full-text indexes are kept as deltas of about ``index_delta_rows`` rows: an upkeep folds
+  the new rows into the latest delta, or into a new one once that is full, instead of
+  rewriting the whole index, whose memory grew with the table; so an upkeep's memory is set
+  by ``upkeep_rows`` and ``index_delta_rows`` (`_update_index`). Lance's runtime is a second one next
   to LanceDB's and keeps about 0.15 GB in malloc arenas of its own unless the process limits
   them (``MALLOC_ARENA_MAX=2``; docs/BENCHMARKS.md).
 - Full-text search (collections with ``text_fields``): a ``_text`` column holds the text
