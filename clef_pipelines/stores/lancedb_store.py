@@ -24,19 +24,20 @@
   older than ``cleanup_older_than_s`` removed so the disk does not grow without bound) runs in
   `maintain` and during writes once at least ``optimize_every`` writes and rows written or
   deleted of at least ``upkeep_fraction`` of the table (as it was at the last upkeep, or as
-  this process first found it), or of ``upkeep_rows``, whichever is fewer, have accumulated. Compaction goes through Lance itself
-  (``compact_files``) with a target of ``compaction_target_rows`` rows per fragment: LanceDB's
-  own ``optimize`` compacts every fragment below a 1M-row target, so below 1M rows each upkeep
-  rewrote the whole table, with memory and time that grew with it (the 50,000-document first
-  run peaked in it, docs/BENCHMARKS.md "Scale"); with the smaller target, fragments that reach
-  it are left alone and one upkeep rewrites the rows written since and small fragments next
-  to each other, so its memory is set by the target, not the table. The scalar and
-  full-text indexes are kept as deltas of about ``index_delta_rows`` rows: an upkeep folds
-  the new rows into the latest delta, or into a new one once that is full, instead of
-  rewriting the whole index, whose memory grew with the table; so an upkeep's memory is set
-  by ``upkeep_rows`` and ``index_delta_rows`` (`_update_index`). Lance's runtime is a second one next
-  to LanceDB's and keeps about 0.15 GB in malloc arenas of its own unless the process limits
-  them (``MALLOC_ARENA_MAX=2``; docs/BENCHMARKS.md).
+  this process first found it), or of ``upkeep_rows``, whichever is fewer, have accumulated.
+  Compaction goes through Lance itself (``compact_files``) with a target of
+  ``compaction_target_rows`` rows per fragment: LanceDB's own ``optimize`` compacts every
+  fragment below a 1M-row target, so below 1M rows each upkeep rewrote the whole table, with
+  memory and time that grew with it (the 50,000-document first run peaked in it,
+  docs/BENCHMARKS.md "Scale"); with the smaller target, fragments that reach it are left alone
+  and one upkeep rewrites the rows written since and small fragments next to each other, so
+  its memory is set by the target, not the table. The scalar and full-text indexes are kept as
+  deltas of about ``index_delta_rows`` rows: an upkeep folds the new rows into the latest
+  delta, or into a new one once that is full, instead of rewriting the whole index, whose
+  memory grew with the table; so an upkeep's memory is set by ``upkeep_rows`` and
+  ``index_delta_rows`` (`_update_index`). Lance's runtime is a second one next to LanceDB's
+  and keeps about 0.15 GB in malloc arenas of its own unless the process limits them
+  (``MALLOC_ARENA_MAX=2``; docs/BENCHMARKS.md).
 - Full-text search (collections with ``text_fields``): a ``_text`` column holds the text
   fields joined, written with every upsert, under LanceDB's native inverted (FTS) index with
   the collection's language (stemming, stop words, ASCII folding). The index is created on
@@ -727,9 +728,9 @@ class LanceDBStore(VectorStore):
 
         Why: Lance's default merges the new rows into the index, rewriting it whole, and that
         merge's memory grew with the table: folding the same 100,000 rows into the full-text
-        index took +0.13 GB at 379,024 rows and +0.27 GB at 1.1 million; as a delta of their
-        own +0.09 and +0.07, and the B-trees' likewise (docs/BENCHMARKS.md, "Upkeep in
-        bounded memory"). So an index is kept as deltas of about ``index_delta_rows`` rows,
+        index took +0.16 GB at 379,024 rows and +0.35 GB at 1.1 million; as a delta of their
+        own +0.09 and +0.08, and the B-trees' likewise (bench/bench_index_update.py,
+        docs/BENCHMARKS.md "Upkeep in bounded memory"). So an index is kept as deltas of about ``index_delta_rows`` rows,
         and an update rewrites one of them at most. A query searches every delta and Lance
         combines their results (full-text scores use the deltas' combined statistics: the
         same scores as one merged index), so results do not change; what grows with the
