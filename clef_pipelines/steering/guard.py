@@ -154,11 +154,20 @@ def hashed_features(window: str, buckets: int) -> np.ndarray:
 
 
 def knn_margin(
-    vectors: np.ndarray, positive: np.ndarray, negative: np.ndarray, k: int
+    vectors: np.ndarray,
+    positive: np.ndarray,
+    negative: np.ndarray,
+    k: int,
+    min_positive: float = -np.inf,
 ) -> np.ndarray:
     """Per vector: the mean cosine similarity of its ``k`` nearest ``positive`` prototypes
     (training injection windows) less that of its ``k`` nearest ``negative`` ones (clean prose
     windows of the training documents). MiniLM vectors are unit length, so a dot is a cosine.
+    ``min_positive``: a positive margin counts only where that mean cosine to the injection
+    prototypes is at least this (else 0): the margin may then lift only text that is near a
+    known injection, and lowers the rest where it is nearer clean prose. Why: clean help prose
+    unlike any clean prototype (support text: "open the tray menu ... contact support") is
+    merely less far from the injections and was lifted over the threshold (session guard9f).
 
     Why next to the MLP: the MLP extrapolates, and some clean windows unlike anything it was
     trained on (a libpng note, a valgrind FAQ, an epigenetics abstract) got 0.99 from it and
@@ -170,7 +179,9 @@ def knn_margin(
         return np.partition(similarity, -kk, axis=1)[:, -kk:].mean(axis=1)
 
     h = np.asarray(vectors, dtype=np.float32)
-    return (top(h @ positive.T) - top(h @ negative.T)).astype(np.float64)
+    near = top(h @ positive.T)
+    margin = (near - top(h @ negative.T)).astype(np.float64)
+    return np.where((margin > 0) & (near < min_positive), 0.0, margin)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -237,6 +248,8 @@ class InjectionGuard:
         #: ``knn_weight`` times the margin; none in weights without it (v5, older).
         self.knn_k = int(meta.get("knn_k", 0))
         self.knn_weight = float(meta.get("knn_weight", 0.0))
+        #: ``knn_margin``'s ``min_positive``; absent (no gate) in weights without it.
+        self.knn_min_positive = float(meta.get("knn_min_positive", -np.inf))
         self._knn = (
             (arrays["knn_positive"].astype(np.float32), arrays["knn_negative"].astype(np.float32))
             if self.knn_k
@@ -305,7 +318,9 @@ class InjectionGuard:
             return _sigmoid(h[:, 0].astype(np.float64) + self.prefix_logit_offset)
         logit = h[:, 0].astype(np.float64) + self.stage1_mix * stage1_logits
         if self._knn is not None and len(vectors):
-            logit = logit + self.knn_weight * knn_margin(vectors, *self._knn, self.knn_k)
+            logit = logit + self.knn_weight * knn_margin(
+                vectors, *self._knn, self.knn_k, self.knn_min_positive
+            )
         return _sigmoid(logit)
 
     def windows(self, text: str) -> tuple[list[str], np.ndarray]:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import itertools
 import json
 import sys
 import time
@@ -458,6 +459,8 @@ class Trained:
         self.knn_negative: np.ndarray | None = None
         self.knn_k = 0
         self.knn_weight = 0.0
+        #: ``knn_margin``'s ``min_positive`` (-inf: the two-sided margin of ``guard9e``).
+        self.knn_min_positive = -np.inf
         self.kind = "mlp" if len(layers) > 1 else "logreg"
         self.mix = 0.0
         self.feature_scale = feature_scale
@@ -496,6 +499,7 @@ class Trained:
             model.knn_positive = arrays["knn_positive"].astype(np.float32)
             model.knn_negative = arrays["knn_negative"].astype(np.float32)
             model.knn_k, model.knn_weight = int(meta["knn_k"]), float(meta["knn_weight"])
+            model.knn_min_positive = float(meta.get("knn_min_positive", -np.inf))
         return model
 
     def knn_term(self, vectors: np.ndarray) -> np.ndarray:
@@ -503,7 +507,7 @@ class Trained:
         if self.knn_positive is None or self.knn_negative is None or not self.knn_weight:
             return np.zeros(len(vectors))
         return self.knn_weight * knn_margin(
-            vectors, self.knn_positive, self.knn_negative, self.knn_k
+            vectors, self.knn_positive, self.knn_negative, self.knn_k, self.knn_min_positive
         )
 
     def gates(self, prefix: np.ndarray) -> np.ndarray:
@@ -636,9 +640,9 @@ def fit_knn_stage(
     gated = np.flatnonzero(~np.isnan(stage2) & ~val_prefix)
     vectors = cache.vectors([val_windows[i] for i in gated])
     prose, groups_val = _validation_sets(val_rows)
-    best = (-1.0, 0, 0.0, 0.5)
-    for k in args.knn_k:
-        margin = knn_margin(vectors, model.knn_positive, model.knn_negative, k)
+    best = (-1.0, 0, 0.0, 0.5, -np.inf)
+    for k, min_positive in itertools.product(args.knn_k, args.knn_min_positive):
+        margin = knn_margin(vectors, model.knn_positive, model.knn_negative, k, min_positive)
         for weight in args.knn_weights:
             shifted = stage2.copy()
             shifted[gated] += weight * margin
@@ -647,12 +651,13 @@ def fit_knn_stage(
             np.maximum.at(scored, val_owner, model.combine(logits, shifted, val_prefix))
             threshold, recall = _threshold_and_recall(scored, prose, groups_val, args)
             print(
-                f"  knn k {k}, weight {weight}: threshold {threshold:.3f}, val recall {recall:.4f}",
+                f"  knn k {k}, min positive {min_positive}, weight {weight}: "
+                f"threshold {threshold:.3f}, val recall {recall:.4f}",
                 file=sys.stderr,
             )
             if recall > best[0]:
-                best = (recall, k, weight, threshold)
-    _, model.knn_k, model.knn_weight, model.threshold = best
+                best = (recall, k, weight, threshold, min_positive)
+    _, model.knn_k, model.knn_weight, model.threshold, model.knn_min_positive = best
 
 
 def train_cascade(
@@ -955,6 +960,11 @@ def save(model: Trained, path: Path, meta_extra: dict) -> None:
             else {}
         ),
         **({"knn_k": model.knn_k, "knn_weight": model.knn_weight} if model.knn_k else {}),
+        **(
+            {"knn_min_positive": model.knn_min_positive}
+            if model.knn_k and np.isfinite(model.knn_min_positive)
+            else {}
+        ),
         **meta_extra,
     }
     arrays = {
@@ -1074,6 +1084,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         nargs="+",
         default=[0.0, 10.0, 20.0, 30.0],
         help="weights of the margin in the main stage 2's logit to try on validation",
+    )
+    parser.add_argument(
+        "--knn-min-positive",
+        type=float,
+        nargs="+",
+        default=[-np.inf],
+        help="knn_margin's min_positive values to try on validation: a positive margin counts "
+        "only where the mean cosine to the k nearest injection prototypes is at least this "
+        "(default: no gate, the two-sided margin)",
     )
     parser.add_argument("--max-false-quarantine", type=float, default=0.01)
     parser.add_argument("--min-threshold", type=float, default=0.5)

@@ -164,6 +164,19 @@ def test_knn_margin_is_nearer_injection_less_nearer_clean() -> None:
     assert np.allclose(knn_margin(vectors, positive, negative, 5), [0.5 - 0.3, 0.0 - 0.9])
 
 
+def test_knn_margin_lifts_only_text_near_an_injection() -> None:
+    """With ``min_positive``, a positive margin counts only where the nearest injection
+    prototypes are that close; a negative margin always counts."""
+    positive = np.array([[1.0, 0.0, 0.0]], dtype=np.float32)
+    negative = np.array([[0.0, 0.0, 1.0]], dtype=np.float32)
+    near = [1.0, 0.0, 0.0]  # cosine 1 to the injection: lifted
+    between = [0.6, 0.8, 0.0]  # 0.6 to the injection, 0 to the clean one: margin 0.6
+    clean = [0.0, 0.6, 0.8]  # nearer the clean prototype: margin -0.8
+    vectors = np.array([near, between, clean], dtype=np.float32)
+    assert np.allclose(knn_margin(vectors, positive, negative, 1), [1.0, 0.6, -0.8])
+    assert np.allclose(knn_margin(vectors, positive, negative, 1, 0.7), [1.0, 0.0, -0.8])
+
+
 def test_planted_instruction_inside_a_clean_paragraph(guard: InjectionGuard) -> None:
     """One planted sentence lifts the whole paragraph, however much clean prose surrounds it."""
     planted = f"{BENIGN[1]} {BENIGN[0]} {INJECTIONS[0]} {BENIGN[3]}"
