@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clef_pipelines.ingest.config import MAX_BATCHES, BatchingConfig  # noqa: F401
+from clef_pipelines.ingest.process_memory import trim_heap
 
 #: The column every batched frame carries.
 BATCH = "batch"
@@ -37,6 +39,12 @@ BATCH = "batch"
 #: footer, 3.9 KB of each row group's 5.2 KB the min and max of `text`, and each open writer
 #: keeps its footer in memory until it closes (docs/BENCHMARKS.md).
 _STATISTICS_COLUMNS = (BATCH, "doc_id")
+
+
+#: What `BatchWriter.regroup` holds of a round's batches before writing the largest: one
+#: row group of a batch file is at least this over the round's batch count (1 MB at 64 MB
+#: and 64 batches), so a batch of 2,000 parsed documents is a handful of row groups.
+REGROUP_BUFFER_BYTES = 64 * 1024 * 1024
 
 
 def _statistics(names: list[str]) -> list[str]:
@@ -145,7 +153,7 @@ class BatchWriter:
             for (_key,), part in frame.group_by([BATCH], maintain_order=True):
                 out.write_table(part.to_arrow(), row_group_size=max(1, part.height))
 
-    def regroup(self, max_open: int = 64) -> None:
+    def regroup(self, max_open: int = 64, buffer_bytes: int = REGROUP_BUFFER_BYTES) -> None:
         """Rewrite the files written so far as one file per batch.
 
         Why: a step that must read its input in order (the parse step reads a source front to
@@ -153,10 +161,18 @@ class BatchWriter:
         document's batch is a hash of its id; reading one batch then opened every file, so a
         step over all batches cost files x batches, which grows with the square of the source
         (docs/BENCHMARKS.md, "50,000 and 500,000 documents"). A round takes up to
-        ``max_open`` batches (each open batch file holds its row groups' metadata until
-        closed) and reads, file by file, only those batches' row groups (at most one flush
-        of the writer at a time, so memory stays bounded), appending them to their batch's
-        file; so the data is read once in all, however many rounds."""
+        ``max_open`` batches and reads, file by file, only those batches' row groups, so the
+        data is read once in all, however many rounds.
+
+        A batch's pieces are held until the round's held pieces pass ``buffer_bytes``, then
+        the batch holding the most is written as one row group. Why: an open Parquet writer
+        keeps every row group's metadata (about 12 KB for the 15 columns of parsed blocks)
+        until it is freed, and writing each input file's piece as its own row group gave a
+        batch file a row group per input file, whose number grows with the source: 64 open
+        writers held 0.2 GB at 500,000 documents (docs/BENCHMARKS.md, "The regroup's
+        memory"). Held pieces are bounded by ``buffer_bytes``, and a batch file's row groups
+        by its own size (a batch) over ``buffer_bytes / max_open``: both set by
+        configuration, neither by the source."""
         sources = sorted(p for p in self.directory.glob("*.parquet"))
         if len(sources) < 2:
             return
@@ -165,37 +181,17 @@ class BatchWriter:
         staging = self.directory / ".regroup"
         staging.mkdir()
         for start in range(0, len(keys), max_open):
-            # This round's batches, by file: only their row groups are read.
-            by_file: dict[Path, list[int]] = {}
-            for key in keys[start : start + max_open]:
-                for path, rg in index[key]:
-                    by_file.setdefault(path, []).append(rg)
-            writers: dict[int, pq.ParquetWriter] = {}
-            try:
-                for path in sources:
-                    if path not in by_file:
-                        continue
-                    table = pq.ParquetFile(path).read_row_groups(sorted(by_file[path]))
-                    frame = pl.from_arrow(table)
-                    assert isinstance(frame, pl.DataFrame)
-                    for (key,), part in frame.group_by([BATCH], maintain_order=True):
-                        arrow = part.to_arrow()
-                        if key not in writers:
-                            target = staging / f"batch-{int(key):05d}.parquet"
-                            writers[key] = pq.ParquetWriter(
-                                target,
-                                arrow.schema,
-                                write_statistics=_statistics(arrow.column_names),
-                            )
-                        writers[key].write_table(arrow, row_group_size=max(1, part.height))
-            finally:
-                for w in writers.values():
-                    w.close()
+            _regroup_round(sources, index, keys[start : start + max_open], staging, buffer_bytes)
         for path in sources:
             path.unlink()
         for path in staging.iterdir():
             path.rename(self.directory / path.name)
         staging.rmdir()
+        # The steps of a run share one process (Dagster's in-process executor), so what the
+        # regroup freed but the allocators keep (the input footers' parse, the pieces) would
+        # stay under the next steps: hand it back.
+        pa.default_memory_pool().release_unused()
+        trim_heap()
 
     def write_batch(self, key: int, frame: pl.DataFrame) -> None:
         """One batch's frame as its own file (the `batch` column set to `key`)."""
@@ -203,6 +199,53 @@ class BatchWriter:
 
     def finish(self) -> FrameBatches:
         return FrameBatches(self.directory)
+
+
+def _regroup_round(
+    sources: list[Path],
+    index: dict[int, list[tuple[Path, int]]],
+    keys: list[int],
+    staging: Path,
+    buffer_bytes: int,
+) -> None:
+    """One round of `BatchWriter.regroup`: the batches `keys`, each into its file in
+    `staging`. The files hold one row group per batch (`BatchWriter.write`), so a row group
+    is one batch's piece and is read as it is, never regrouped row by row in memory."""
+    by_file: dict[Path, list[tuple[int, int]]] = {}
+    for key in keys:
+        for path, rg in index[key]:
+            by_file.setdefault(path, []).append((rg, key))
+    held: dict[int, list[pa.Table]] = {}
+    held_bytes: dict[int, int] = {}
+    writers: dict[int, pq.ParquetWriter] = {}
+
+    def flush(key: int) -> None:
+        table = pa.concat_tables(held.pop(key))
+        del held_bytes[key]
+        if key not in writers:
+            writers[key] = pq.ParquetWriter(
+                staging / f"batch-{int(key):05d}.parquet",
+                table.schema,
+                write_statistics=_statistics(table.column_names),
+            )
+        writers[key].write_table(table, row_group_size=max(1, table.num_rows))
+
+    try:
+        for path in sources:
+            if path not in by_file:
+                continue
+            file = pq.ParquetFile(path)
+            for rg, key in sorted(by_file[path]):
+                piece = file.read_row_group(rg)
+                held.setdefault(key, []).append(piece)
+                held_bytes[key] = held_bytes.get(key, 0) + piece.nbytes
+                if sum(held_bytes.values()) > buffer_bytes:
+                    flush(max(held_bytes, key=held_bytes.__getitem__))
+        for key in sorted(held):
+            flush(key)
+    finally:
+        for w in writers.values():
+            w.close()
 
 
 def merge_reports(total: Any, part: Any) -> Any:

@@ -132,6 +132,30 @@ def test_regroup_leaves_one_file_per_batch_with_the_same_rows_in_order(
     assert not (tmp_path / "staged" / ".regroup").exists()
 
 
+def test_regroup_writes_row_groups_by_size_not_one_per_input_file(tmp_path: Path) -> None:
+    """An open writer keeps each row group's metadata, so a batch file must not get a row
+    group per input file (their number grows with the source): pieces are held up to the
+    buffer, then written together; a tiny buffer still gives the same rows in order."""
+
+    def staged(name: str) -> BatchWriter:
+        out = BatchWriter(tmp_path / name)
+        for f in range(12):  # twelve input files, each with a piece of batches 0 to 2
+            ids = [f"{f:02d}-{i}" for i in range(6)]
+            out.write(pl.DataFrame({"doc_id": ids, BATCH: [i % 3 for i in range(6)]}))
+        return out
+
+    roomy, tight = staged("roomy"), staged("tight")
+    before = {k: f["doc_id"].to_list() for k, f in FrameBatches(tmp_path / "roomy")}
+    roomy.regroup()
+    tight.regroup(buffer_bytes=1)  # every piece written as soon as it is read
+    for out, row_groups in ((roomy, 1), (tight, 12)):
+        batches = out.finish()
+        assert {k: f["doc_id"].to_list() for k, f in batches} == before
+        assert [pq.ParquetFile(p).metadata.num_row_groups for p in batches.files()] == [
+            row_groups
+        ] * 3
+
+
 def test_batch_files_keep_statistics_of_the_batch_and_document_id_only(tmp_path: Path) -> None:
     """A text column's min and max would be whole passages in every row group's footer entry
     (held by each open writer until it closes); the batch key's are what the index reads."""
