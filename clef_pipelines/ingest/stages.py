@@ -5,6 +5,7 @@ Each step fails a broken document alone, with a reason, and lets the rest of the
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import Counter
@@ -25,7 +26,7 @@ from clef_pipelines.ingest.documents import TO_PROCESS, EntryState, document_has
 from clef_pipelines.ingest.metadata import FieldTypes, MetadataError, metadata_fields
 from clef_pipelines.ingest.progress import report as progress_report
 from clef_pipelines.parsing import parse_document
-from clef_pipelines.parsing.loaders import iter_source_entries, resolve_source_path
+from clef_pipelines.parsing.loaders import SourceEntry, iter_source_entries, resolve_source_path
 from clef_pipelines.parsing.models import Block, ParseError
 from clef_pipelines.records import (
     CHUNK_SCHEMA,
@@ -111,67 +112,130 @@ def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
     return sha256_hex("\n".join(sorted(parts)))[:16]
 
 
+class _Wanted:
+    """The documents a parse step looks for, as sorted polars columns (ids, and their batches
+    when given), not as Python sets and dicts: those cost about 160 bytes a document (the id
+    strings, the hash tables), so the parse step's memory grew with the source, 0.16 GB at a
+    million documents to process, held through the parse and its regroup."""
+
+    def __init__(self, doc_ids: pl.Series, batches: pl.Series | None = None) -> None:
+        order = doc_ids.arg_sort()
+        self.ids = doc_ids.gather(order).rename("doc_id")
+        self.batches = batches.gather(order) if batches is not None else None
+        self._found = bytearray(len(self.ids))
+        self.found = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def positions(self, doc_ids: list[str]) -> list[int]:
+        """Each id's row in `ids`, or -1 when it is not wanted (one vectorised look-up for
+        the list: a polars call per id costs a fraction of a millisecond)."""
+        if not doc_ids or not len(self.ids):
+            return [-1] * len(doc_ids)
+        asked = pl.Series(doc_ids, dtype=pl.Utf8)
+        at = self.ids.search_sorted(asked).clip(upper_bound=len(self.ids) - 1)
+        hit = self.ids.gather(at) == asked
+        return [i if ok else -1 for i, ok in zip(at.to_list(), hit.to_list(), strict=True)]
+
+    def take(self, position: int) -> bool:
+        """Mark a wanted document found; False when it was found before (a duplicate id)."""
+        if self._found[position]:
+            return False
+        self._found[position] = 1
+        self.found += 1
+        return True
+
+    def missing(self) -> list[str]:
+        """The wanted ids never found, in id order."""
+        found = pl.Series(list(self._found), dtype=pl.UInt8)
+        return self.ids.filter(found == 0).to_list()
+
+    def batches_of(self, doc_ids: pl.Series) -> pl.Series:
+        """The inventory's batch of each id (every id must be wanted)."""
+        assert self.batches is not None
+        at = self.positions(doc_ids.to_list())
+        if min(at, default=0) < 0:
+            raise KeyError("a parsed document the inventory did not ask for")
+        return self.batches.gather(at).rename(BATCH)
+
+
+#: Listing entries looked up in `_Wanted` at a time.
+_LOOKUP_SLICE = 1024
+
+
 def _parsed_documents(
-    settings: Settings, source: SourceConfig, wanted: set[str], fingerprint: str
+    settings: Settings, source: SourceConfig, wanted: _Wanted, fingerprint: str
 ) -> Iterator[tuple[list[dict], dict | None]]:
     """One pass over the source: (block rows, None) per parsed document, ([], failure) per
-    document that failed; `wanted` is emptied as documents are found."""
+    document that failed, then a failure per wanted document never found."""
     total = len(wanted)
-    for entry in iter_source_entries(source, Path(settings.base_dir), settings.parsing):
-        if entry.doc_id not in wanted:
-            continue
-        done = total - len(wanted)
-        if done % PROGRESS_EVERY == 0:
-            progress_report("parse", done, total)
-        wanted.discard(entry.doc_id)  # a duplicate id is parsed once (the inventory failed it)
-        try:
-            if entry.error is not None:
-                raise entry.error
-            doc = entry.load()
-            blocks: list[Block] = parse_document(doc, settings.parsing)
-            if not blocks:
-                raise ParseError("empty", f"{entry.source_uri}: no text blocks found")
-        except ParseError as exc:
-            yield [], {"doc_id": entry.doc_id, "reason": exc.reason, "error": str(exc)}
-            continue
-        except Exception as exc:  # one broken document never stops the batch
-            error = f"{type(exc).__name__}: {exc}"
-            yield [], {"doc_id": entry.doc_id, "reason": "error", "error": error}
-            continue
-        doc_hash = document_hash(doc.raw_hash, fingerprint)
-        meta = json.dumps(doc.metadata, sort_keys=True, default=str)
-        yield (
-            [
-                {
-                    "source": source.name,
-                    "doc_id": doc.doc_id,
-                    "source_uri": doc.source_uri,
-                    "title": doc.title,
-                    "doc_hash": doc_hash,
-                    "metadata_json": meta,
-                    "block_index": i,
-                    "kind": block.kind,
-                    "text": block.text,
-                    "heading_path": list(block.heading_path),
-                    "level": block.level,
-                    "char_start": block.char_start,
-                    "char_end": block.char_end,
-                    "verbatim": bool(getattr(block, "verbatim", False)),
-                }
-                for i, block in enumerate(blocks)
-            ],
-            None,
-        )
-    for doc_id in sorted(wanted):
+    entries = iter_source_entries(source, Path(settings.base_dir), settings.parsing)
+    while chunk := list(itertools.islice(entries, _LOOKUP_SLICE)):
+        positions = wanted.positions([e.doc_id for e in chunk])
+        for entry, position in zip(chunk, positions, strict=True):
+            if position < 0:
+                continue
+            done = wanted.found
+            if not wanted.take(position):
+                continue  # a duplicate id is parsed once (the inventory failed it)
+            if done % PROGRESS_EVERY == 0:
+                progress_report("parse", done, total)
+            yield from _parsed_entry(settings, source, entry, fingerprint)
+    for doc_id in wanted.missing():
         error = f"{doc_id}: vanished while parsing"
         yield [], {"doc_id": doc_id, "reason": "unreadable", "error": error}
+
+
+def _parsed_entry(
+    settings: Settings, source: SourceConfig, entry: SourceEntry, fingerprint: str
+) -> Iterator[tuple[list[dict], dict | None]]:
+    """One wanted entry of the listing: its block rows, or its failure."""
+    try:
+        if entry.error is not None:
+            raise entry.error
+        doc = entry.load()
+        blocks: list[Block] = parse_document(doc, settings.parsing)
+        if not blocks:
+            raise ParseError("empty", f"{entry.source_uri}: no text blocks found")
+    except ParseError as exc:
+        yield [], {"doc_id": entry.doc_id, "reason": exc.reason, "error": str(exc)}
+        return
+    except Exception as exc:  # one broken document never stops the batch
+        error = f"{type(exc).__name__}: {exc}"
+        yield [], {"doc_id": entry.doc_id, "reason": "error", "error": error}
+        return
+    doc_hash = document_hash(doc.raw_hash, fingerprint)
+    meta = json.dumps(doc.metadata, sort_keys=True, default=str)
+    yield (
+        [
+            {
+                "source": source.name,
+                "doc_id": doc.doc_id,
+                "source_uri": doc.source_uri,
+                "title": doc.title,
+                "doc_hash": doc_hash,
+                "metadata_json": meta,
+                "block_index": i,
+                "kind": block.kind,
+                "text": block.text,
+                "heading_path": list(block.heading_path),
+                "level": block.level,
+                "char_start": block.char_start,
+                "char_end": block.char_end,
+                "verbatim": bool(getattr(block, "verbatim", False)),
+            }
+            for i, block in enumerate(blocks)
+        ],
+        None,
+    )
 
 
 def parse_source(
     settings: Settings, source: SourceConfig, inventory: pl.DataFrame, fingerprint: str
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Parse the documents the inventory marks for processing; returns (blocks, failures)."""
-    wanted = set(inventory.filter(pl.col("status").is_in(TO_PROCESS))["doc_id"].to_list())
+    wanted = _Wanted(inventory.filter(pl.col("status").is_in(TO_PROCESS))["doc_id"])
     rows: list[dict] = []
     failures: list[dict] = []
     for doc_rows, failure in _parsed_documents(settings, source, wanted, fingerprint):
@@ -203,8 +267,8 @@ def parse_source_batches(
     documents' batches, from the inventory's `batch` column), then regrouped into one file
     per batch (`BatchWriter.regroup`). Returns (stats, failures)."""
     todo = inventory.filter(pl.col("status").is_in(TO_PROCESS))
-    batch_of_doc = dict(zip(todo["doc_id"].to_list(), todo[BATCH].to_list(), strict=True))
-    wanted = set(batch_of_doc)
+    wanted = _Wanted(todo["doc_id"], todo[BATCH].cast(pl.Int64))
+    del todo
     stats = ParseStats()
     kinds: Counter[str] = Counter()
     rows: list[dict] = []
@@ -215,8 +279,7 @@ def parse_source_batches(
         nonlocal rows, docs_in_part
         if rows:
             frame = pl.DataFrame(rows, schema=BLOCK_SCHEMA)
-            batches = pl.Series(BATCH, [batch_of_doc[d] for d in frame["doc_id"].to_list()])
-            out.write(frame.with_columns(batches.cast(pl.Int64)))
+            out.write(frame.with_columns(wanted.batches_of(frame["doc_id"])))
         rows, docs_in_part = [], 0
 
     for doc_rows, failure in _parsed_documents(settings, source, wanted, fingerprint):

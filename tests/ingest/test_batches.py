@@ -178,6 +178,39 @@ def test_batch_files_keep_statistics_of_the_batch_and_document_id_only(tmp_path:
         assert meta.serialized_size < 3000  # no passage in the footer
 
 
+def test_parse_finds_the_wanted_documents_once_with_their_batches(tmp_path: Path) -> None:
+    """The parse step looks the listing up in the inventory's sorted columns (not Python sets
+    and dicts): only wanted documents are parsed, a duplicate id once, each block carries
+    its document's batch from the inventory, and a wanted document the source no longer
+    lists fails as vanished."""
+    from clef_pipelines.config import Settings, SourceConfig
+    from clef_pipelines.ingest import stages
+
+    docs = [("a", 0), ("b", 1), ("c", 2), ("c", 3), ("d", 4)]
+    with (tmp_path / "s.jsonl").open("w", encoding="utf-8") as f:
+        for doc_id, i in docs:
+            f.write(json.dumps({"id": doc_id, "text": _text(i)}) + "\n")
+    inventory = pl.DataFrame(
+        {
+            "doc_id": ["d", "c", "zz", "a", "b"],
+            "status": ["new", "changed", "new", "unchanged", "failed"],
+            BATCH: [7, 5, 3, 1, 2],
+        }
+    )
+    source = SourceConfig(name="s", path=str(tmp_path / "s.jsonl"), kind="jsonl")
+    out = BatchWriter(tmp_path / "parsed")
+    stats, failures = stages.parse_source_batches(Settings(), source, inventory, "fp", out)
+    blocks = out.finish().read_all()
+    assert stats.documents == 2
+    assert dict(blocks.group_by("doc_id").agg(pl.col(BATCH).unique()).iter_rows()) == {
+        "c": [5],
+        "d": [7],
+    }
+    # The first "c" only (six paragraphs; the duplicate has seven).
+    assert blocks.filter(pl.col("doc_id") == "c").height == 6
+    assert failures.select("doc_id", "reason").rows() == [("zz", "unreadable")]
+
+
 def test_source_streams_in_batches_and_a_refresh_touches_only_changed_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
