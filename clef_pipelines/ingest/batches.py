@@ -42,9 +42,11 @@ _STATISTICS_COLUMNS = (BATCH, "doc_id")
 
 
 #: What `BatchWriter.regroup` holds of a round's batches before writing the largest: one
-#: row group of a batch file is at least this over the round's batch count (1 MB at 64 MB
-#: and 64 batches), so a batch of 2,000 parsed documents is a handful of row groups.
-REGROUP_BUFFER_BYTES = 64 * 1024 * 1024
+#: row group of a batch file is at least this over the round's batch count (256 KB at 64
+#: batches), so a batch of 2,000 parsed documents is about a dozen row groups. 64 MB held
+#: raised the parse step's high-water mark at 50,000 documents by more than the writers'
+#: metadata it saved there (docs/BENCHMARKS.md, "The regroup's memory").
+REGROUP_BUFFER_BYTES = 16 * 1024 * 1024
 
 
 def _statistics(names: list[str]) -> list[str]:
