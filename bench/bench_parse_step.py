@@ -51,23 +51,18 @@ def child(code: Path, corpus: Path, work: Path, out: Path) -> None:
     from clef_pipelines.config import Settings, SourceConfig
     from clef_pipelines.ingest import stages
     from clef_pipelines.ingest.batches import BatchWriter, batch_column, batch_count
-    from clef_pipelines.ingest.documents import listing_frame, plan_inventory_frame
+    from clef_pipelines.ingest.documents import (
+        _STORED_SCHEMA,
+        listing_frame,
+        plan_inventory_frame,
+    )
 
     settings = Settings()
     source = SourceConfig(name="big", path=str(corpus), kind="jsonl")
     start = rss_gb()
     t0 = time.perf_counter()
-    stored = pl.DataFrame(
-        schema={
-            "doc_id": pl.Utf8,
-            "hash_min": pl.Utf8,
-            "hash_max": pl.Utf8,
-            "count_min": pl.Int64,
-            "count_max": pl.Int64,
-            "records": pl.Int64,
-            "needs_asking": pl.Boolean,
-        }
-    )
+    # A first run: the store holds nothing yet (the inventory's own empty stored frame).
+    stored = pl.DataFrame(schema=_STORED_SCHEMA)
     listing = listing_frame(stages.iter_entries(settings, source, "fingerprint"))
     inventory = plan_inventory_frame("big", listing, stored)
     del listing
