@@ -86,3 +86,52 @@ def test_loading_the_definitions_limits_the_arenas() -> None:
     """The code location sets the limit as it loads, before any step opens a store."""
     _, heaps = _probe("definitions", None)
     assert heaps <= 2
+
+
+MMAP_PROBE = """
+import ctypes, ctypes.util, sys, tempfile
+from clef_pipelines.ingest.process_memory import limit_malloc_arenas
+
+if sys.argv[1] == "limit":
+    limit_malloc_arenas()
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.fopen.restype = ctypes.c_void_p
+
+def mapped():
+    path = tempfile.mktemp()
+    f = ctypes.c_void_p(libc.fopen(path.encode(), b"w"))
+    libc.malloc_info(0, f)
+    libc.fclose(f)
+    return int(open(path).read().split('<total type="mmap" count="')[-1].split('"')[0])
+
+big = bytearray(4_000_000)  # mapped (above the 128 KB default); freeing it raises glibc's
+del big  # dynamic threshold to 4 MB unless the threshold is fixed
+before = mapped()
+kept = bytearray(2_000_000)
+print(mapped() - before)
+"""
+
+
+def _mapped_blocks(mode: str, threshold_env: str | None) -> int:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env["PYTHONPATH"] = str(REPO)
+    if threshold_env is not None:
+        env["MALLOC_MMAP_THRESHOLD_"] = threshold_env
+    out = subprocess.run(
+        [sys.executable, "-c", MMAP_PROBE, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return int(out[-1])
+
+
+@pytest.mark.skipif(not _glibc(), reason="glibc's mallopt / malloc_info only")
+def test_ingest_processes_fix_the_mmap_threshold() -> None:
+    """A 2 MB block after a 4 MB one was freed: mapped of its own (so handed back when freed)
+    with the ingest's fixed 1 MB threshold, from the heap under glibc's dynamic one."""
+    assert _mapped_blocks("limit", None) == 1
+    assert _mapped_blocks("none", None) == 0
+    # The environment's own threshold wins (here: 8 MB, so the 2 MB block is not mapped).
+    assert _mapped_blocks("limit", str(8 << 20)) == 0
