@@ -53,6 +53,7 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             compaction_target_rows=c.compaction_target_rows,
             index_segment_rows=c.index_segment_rows,
             metadata_cache_mb=c.metadata_cache_mb,
+            index_cache_mb=c.index_cache_mb,
         )
     if kind == "qdrant":
         try:

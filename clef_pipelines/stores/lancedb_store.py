@@ -44,6 +44,8 @@
   the first write; rows written after it are searched directly (flat) until an upkeep or
   `ensure_text_index` folds them in, and updates/deletes are deletion vectors, so an edited
   or removed record's old text is never matched and nothing is ever rebuilt.
+- LanceDB's index cache is bounded (``index_cache_mb``): its 6 GB default kept the index pages
+  a refresh's deletes by document id read, 3.0 GB at 7.6M rows.
 - LanceDB's metadata cache is bounded (``metadata_cache_mb``): every write is a table version
   whose manifest lists every fragment, and the default cache kept each one it read, so a
   load's memory grew with the square of its writes between upkeeps.
@@ -292,6 +294,7 @@ class LanceDBStore(VectorStore):
         compaction_target_rows: int = 16_384,
         index_segment_rows: int = 100_000,
         metadata_cache_mb: int = 128,
+        index_cache_mb: int = 128,
     ) -> None:
         import lancedb
 
@@ -316,9 +319,15 @@ class LanceDBStore(VectorStore):
         # with the square of its writes between upkeeps (0.86 GB of cache after 1,200 appends
         # of 512 rows; flat at the bound with it, and the appends as fast: docs/BENCHMARKS.md,
         # "store_sync in linear time").
-        session = lancedb.Session(metadata_cache_size_bytes=metadata_cache_mb * 1024 * 1024)
+        # The index cache is bounded too (`index_cache_mb`): LanceDB's default is 6 GB, and a
+        # refresh's deletes by document id on a 7.6M-row table filled it with index pages
+        # (3.0 GB peak; 1.4 GB with 128 MB: docs/BENCHMARKS.md, "The index cache").
+        self._session = lancedb.Session(
+            metadata_cache_size_bytes=metadata_cache_mb * 1024 * 1024,
+            index_cache_size_bytes=index_cache_mb * 1024 * 1024,
+        )
         self._db = lancedb.connect(
-            str(self.path), read_consistency_interval=timedelta(0), session=session
+            str(self.path), read_consistency_interval=timedelta(0), session=self._session
         )
         self._tables: dict[str, Any] = {}
         self._specs: dict[str, CollectionSpec] = {}
