@@ -88,7 +88,10 @@ def refresh(a: argparse.Namespace) -> dict[str, Any]:
         cfg = Path(tmp) / "bench.yaml"
         cfg.write_text(json.dumps(raw))
         settings = load_settings(cfg)
-        store = open_store(settings.store, settings.data_path)
+        try:  # opened as the sync step's store resource opens it
+            store = open_store(settings.store, settings.data_path, for_pipeline=True)
+        except TypeError:  # code before pipeline_cache_mb (--compare, --code)
+            store = open_store(settings.store, settings.data_path)
         embedder = make_embedder(settings.embedder)
         collection = settings.collection_of(settings.source(a.source))
         rows_before = store.count(collection)

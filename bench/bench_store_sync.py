@@ -374,7 +374,10 @@ def main() -> None:
         cfg.write_text(json.dumps(raw))
         settings = load_settings(cfg)
         sessions = _capture_sessions() if a.phases else []
-        store = open_store(settings.store, settings.data_path)
+        try:  # opened as the sync step's store resource opens it
+            store = open_store(settings.store, settings.data_path, for_pipeline=True)
+        except TypeError:  # code before pipeline_cache_mb (--compare, --code)
+            store = open_store(settings.store, settings.data_path)
         embedder = make_embedder(settings.embedder)
         touched = inventory.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED]))
         if a.rows is not None:

@@ -10,7 +10,10 @@ from clef_pipelines.stores import VectorStore, open_store
 
 
 class VectorStoreResource(dg.ConfigurableResource):
-    """Opens the store that `store.kind` names, once per run, and closes it at teardown."""
+    """Opens the store that `store.kind` names, once per run, and closes it at teardown.
+
+    Steps write far more than they read back, so LanceDB's caches take the pipeline's size
+    (`store.lancedb.pipeline_cache_mb`), not the query side's."""
 
     settings: PipelineSettings
     _store: VectorStore | None = PrivateAttr(None)
@@ -18,7 +21,7 @@ class VectorStoreResource(dg.ConfigurableResource):
     def get(self) -> VectorStore:
         if self._store is None:
             cfg = self.settings.settings
-            self._store = open_store(cfg.store, cfg.data_path)
+            self._store = open_store(cfg.store, cfg.data_path, for_pipeline=True)
         return self._store
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:

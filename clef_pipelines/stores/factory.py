@@ -31,8 +31,14 @@ def _process_memory_store() -> VectorStore:
     return _MEMORY_STORE
 
 
-def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
-    """The store for ``config.kind``; relative paths are resolved under ``data_dir``."""
+def open_store(
+    config: StoreConfig, data_dir: pathlib.Path, *, for_pipeline: bool = False
+) -> VectorStore:
+    """The store for ``config.kind``; relative paths are resolved under ``data_dir``.
+
+    ``for_pipeline``: opened by a Dagster step (ingestion, evaluation) rather than to serve
+    queries; LanceDB's caches are then ``store.lancedb.pipeline_cache_mb`` each.
+    """
     kind = config.kind
     if kind == "lancedb":
         from clef_pipelines.stores.lancedb_store import LanceDBStore
@@ -52,8 +58,8 @@ def open_store(config: StoreConfig, data_dir: pathlib.Path) -> VectorStore:
             index_delta_rows=c.index_delta_rows,
             compaction_target_rows=c.compaction_target_rows,
             index_segment_rows=c.index_segment_rows,
-            metadata_cache_mb=c.metadata_cache_mb,
-            index_cache_mb=c.index_cache_mb,
+            metadata_cache_mb=c.pipeline_cache_mb if for_pipeline else c.metadata_cache_mb,
+            index_cache_mb=c.pipeline_cache_mb if for_pipeline else c.index_cache_mb,
         )
     if kind == "qdrant":
         try:

@@ -728,20 +728,58 @@ def test_lancedb_index_cache_is_bounded(tmp_path: pathlib.Path) -> None:
     from clef_pipelines.stores.lancedb_store import LanceDBStore
 
     def work(index_cache_mb: int) -> int:
-        store = LanceDBStore(
-            tmp_path / f"l{index_cache_mb}", index_cache_mb=index_cache_mb, metadata_cache_mb=1
+        return _fill_lancedb_caches(
+            LanceDBStore(
+                tmp_path / f"l{index_cache_mb}", index_cache_mb=index_cache_mb, metadata_cache_mb=1
+            )
         )
-        store.ensure_collection(spec())
-        for w in range(10):
-            store.upsert("docs", [_rec(w * 3000 + i) for i in range(3000)])
-        store.maintain("docs")  # scalar indexes on the filter fields, doc_id's among them
-        for k in range(200):
-            store.delete("docs", where={"doc_id": f"d{k * 7}"})
-        for k in range(50):
-            store.query("docs", vec(k), where={"doc_id": f"d{k * 13 + 1}"}, top_k=3)
-        assert store.count("docs") == 28_000
-        return int(store._session.size_bytes)
 
     bounded, unbounded = work(1), work(2048)
     assert bounded <= 2 * 1024 * 1024  # 1 MB of index pages and 1 MB of metadata at most
     assert unbounded > bounded  # the same work keeps more with room: the bound is what held it
+
+
+def _fill_lancedb_caches(store: Any) -> int:
+    """Writes, index upkeep, deletes by document id and filtered queries on a LanceDB store:
+    the bytes its caches hold afterwards."""
+    store.ensure_collection(spec())
+    for w in range(10):
+        store.upsert("docs", [_rec(w * 3000 + i) for i in range(3000)])
+    store.maintain("docs")  # scalar indexes on the filter fields, doc_id's among them
+    for k in range(200):
+        store.delete("docs", where={"doc_id": f"d{k * 7}"})
+    for k in range(50):
+        store.query("docs", vec(k), where={"doc_id": f"d{k * 13 + 1}"}, top_k=3)
+    assert store.count("docs") == 28_000
+    size = int(store._session.size_bytes)
+    store.close()
+    return size
+
+
+def test_dagster_steps_open_lancedb_with_the_pipeline_cache_size(tmp_path: pathlib.Path) -> None:
+    """The store resource the Dagster steps use sizes LanceDB's caches by
+    `pipeline_cache_mb`; a query process (open_store's default) by metadata_cache_mb and
+    index_cache_mb. A load writes a version per batch and reads little back, and the query
+    side's 128 MB caches made the sync's memory grow with the table."""
+    import yaml
+
+    from clef_pipelines.resources.settings import PipelineSettings
+    from clef_pipelines.resources.store import VectorStoreResource
+
+    lance = {"pipeline_cache_mb": 1, "metadata_cache_mb": 2048, "index_cache_mb": 2048}
+    config = tmp_path / "clef-pipelines.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "data_dir": str(tmp_path / "state"),
+                "embedder": {"kind": "hash", "dimension": 8},
+                "store": {"kind": "lancedb", "lancedb": lance},
+            }
+        )
+    )
+    resource = VectorStoreResource(settings=PipelineSettings(config_path=str(config)))
+    in_steps = _fill_lancedb_caches(resource.get())
+    cfg = StoreConfig.model_validate({"kind": "lancedb", "lancedb": lance})
+    for_queries = _fill_lancedb_caches(open_store(cfg, tmp_path / "queries"))
+    assert in_steps <= 2 * 1024 * 1024  # 1 MB each at most
+    assert for_queries > in_steps  # the same work keeps more with the query side's room
