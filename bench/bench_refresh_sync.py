@@ -90,7 +90,7 @@ def refresh(a: argparse.Namespace) -> dict[str, Any]:
         settings = load_settings(cfg)
         try:  # opened as the sync step's store resource opens it
             store = open_store(settings.store, settings.data_path, for_pipeline=True)
-        except TypeError:  # code before pipeline_cache_mb (--compare, --code)
+        except TypeError:  # code before for_pipeline (--compare, --code)
             store = open_store(settings.store, settings.data_path)
         embedder = make_embedder(settings.embedder)
         collection = settings.collection_of(settings.source(a.source))

@@ -376,7 +376,7 @@ def main() -> None:
         sessions = _capture_sessions() if a.phases else []
         try:  # opened as the sync step's store resource opens it
             store = open_store(settings.store, settings.data_path, for_pipeline=True)
-        except TypeError:  # code before pipeline_cache_mb (--compare, --code)
+        except TypeError:  # code before for_pipeline (--compare, --code)
             store = open_store(settings.store, settings.data_path)
         embedder = make_embedder(settings.embedder)
         touched = inventory.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED]))

@@ -12,8 +12,9 @@ from clef_pipelines.stores import VectorStore, open_store
 class VectorStoreResource(dg.ConfigurableResource):
     """Opens the store that `store.kind` names, once per run, and closes it at teardown.
 
-    Steps write far more than they read back, so LanceDB's caches take the pipeline's size
-    (`store.lancedb.pipeline_cache_mb`), not the query side's."""
+    Steps write a table version per batch and never read old versions back, so LanceDB's
+    metadata cache takes the pipeline's size (`store.lancedb.pipeline_metadata_cache_mb`),
+    not the query side's."""
 
     settings: PipelineSettings
     _store: VectorStore | None = PrivateAttr(None)

@@ -98,15 +98,14 @@ class LanceDBConfig(StrictModel):
         "3.0 GB with it and 1.4 GB with 128 MB. Raise it for a query service over a large "
         "collection with an ANN index, whose probed partitions it keeps.",
     )
-    pipeline_cache_mb: int = Field(
+    pipeline_metadata_cache_mb: int = Field(
         16,
         ge=1,
-        description="Memory each of LanceDB's two caches (metadata and index) may hold in the "
-        "Dagster pipeline's steps (store_sync, the index step, asset checks, evaluation), in "
-        "place of metadata_cache_mb and index_cache_mb, which size them for queries. A load "
-        "writes a table version per batch and reads back little of what it caches: with "
-        "128 MB each, the sync's memory grew with the table (a 500,000-document sync replay: "
-        "1.08 GB at 800,000 rows, 0.95 with 16 MB, flat from 600,000 rows, as fast).",
+        description="Memory LanceDB's metadata cache may hold in the Dagster pipeline's steps "
+        "(store_sync, the index step, asset checks, evaluation), in place of "
+        "metadata_cache_mb, which sizes it for queries. A load writes a table version per "
+        "batch and never reads the old versions' manifests again: with 128 MB the sync's "
+        "memory grew with the table until the cache was full.",
     )
 
 

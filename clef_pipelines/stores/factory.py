@@ -37,7 +37,7 @@ def open_store(
     """The store for ``config.kind``; relative paths are resolved under ``data_dir``.
 
     ``for_pipeline``: opened by a Dagster step (ingestion, evaluation) rather than to serve
-    queries; LanceDB's caches are then ``store.lancedb.pipeline_cache_mb`` each.
+    queries; LanceDB's metadata cache is then ``store.lancedb.pipeline_metadata_cache_mb``.
     """
     kind = config.kind
     if kind == "lancedb":
@@ -58,8 +58,8 @@ def open_store(
             index_delta_rows=c.index_delta_rows,
             compaction_target_rows=c.compaction_target_rows,
             index_segment_rows=c.index_segment_rows,
-            metadata_cache_mb=c.pipeline_cache_mb if for_pipeline else c.metadata_cache_mb,
-            index_cache_mb=c.pipeline_cache_mb if for_pipeline else c.index_cache_mb,
+            metadata_cache_mb=c.pipeline_metadata_cache_mb if for_pipeline else c.metadata_cache_mb,
+            index_cache_mb=c.index_cache_mb,
         )
     if kind == "qdrant":
         try:

@@ -756,17 +756,19 @@ def _fill_lancedb_caches(store: Any) -> int:
     return size
 
 
-def test_dagster_steps_open_lancedb_with_the_pipeline_cache_size(tmp_path: pathlib.Path) -> None:
-    """The store resource the Dagster steps use sizes LanceDB's caches by
-    `pipeline_cache_mb`; a query process (open_store's default) by metadata_cache_mb and
-    index_cache_mb. A load writes a version per batch and reads little back, and the query
-    side's 128 MB caches made the sync's memory grow with the table."""
+def test_dagster_steps_open_lancedb_with_the_pipeline_metadata_cache(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The store resource the Dagster steps use sizes LanceDB's metadata cache by
+    `pipeline_metadata_cache_mb`; a query process (open_store's default) by
+    metadata_cache_mb. A load writes a version per batch and never reads old ones back, and
+    the query side's 128 MB made the sync's memory grow with the table."""
     import yaml
 
     from clef_pipelines.resources.settings import PipelineSettings
     from clef_pipelines.resources.store import VectorStoreResource
 
-    lance = {"pipeline_cache_mb": 1, "metadata_cache_mb": 2048, "index_cache_mb": 2048}
+    lance = {"pipeline_metadata_cache_mb": 1, "metadata_cache_mb": 2048, "index_cache_mb": 1}
     config = tmp_path / "clef-pipelines.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -781,5 +783,5 @@ def test_dagster_steps_open_lancedb_with_the_pipeline_cache_size(tmp_path: pathl
     in_steps = _fill_lancedb_caches(resource.get())
     cfg = StoreConfig.model_validate({"kind": "lancedb", "lancedb": lance})
     for_queries = _fill_lancedb_caches(open_store(cfg, tmp_path / "queries"))
-    assert in_steps <= 2 * 1024 * 1024  # 1 MB each at most
+    assert in_steps <= 2 * 1024 * 1024  # 1 MB of metadata and 1 MB of index pages at most
     assert for_queries > in_steps  # the same work keeps more with the query side's room
