@@ -17,7 +17,9 @@ MASK = "***"
 # scheme://user:password@host -> scheme://***@host (any userinfo, with or without a password).
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/\s@?#]+)@")
 # `Bearer <token>` / `Basic <token>` in any case, as sent in an Authorization header.
-_AUTH_SCHEME = re.compile(r"(?i)\b(?P<scheme>bearer|basic|token)(?P<sep>\s+)[A-Za-z0-9._~+/=\-]+")
+_AUTH_SCHEME = re.compile(
+    r"(?i)\b(?P<scheme>bearer|basic|token)(?P<sep>\s+)(?P<value>[A-Za-z0-9._~+/=\-]+)"
+)
 # An echoed header or a key=value pair: authorization: x, api_key=x, "password": "x".
 _KEY_VALUE = re.compile(
     r"(?i)(?P<key>\b(?:authorization|proxy-authorization|x-api-key|api[_-]?key|api[_-]?token|"
@@ -54,6 +56,18 @@ def register_url_secrets(url: str | None) -> None:
         register_secret(unquote(password))
 
 
+def _mask_credential(m: re.Match[str]) -> str:
+    """ "bearer", "basic" and "token" are also English words, so the word after them is masked
+    only when it looks like a credential (a digit, a symbol of the token alphabet, or a
+    capital inside it): "a token last 90 days", "basic authentication" and "a bearer of the
+    card" stay as they are (the demo's first question printed as "token *** before it
+    expires")."""
+    value = m.group("value")
+    if any(c.isdigit() or c in "._~+/=-" for c in value) or any(c.isupper() for c in value[1:]):
+        return f"{m.group('scheme')}{m.group('sep')}{MASK}"
+    return m.group(0)
+
+
 def redact(text: str) -> str:
     """`text` without URL userinfo, bearer / basic credentials or registered secret values."""
     if not text:
@@ -65,7 +79,7 @@ def redact(text: str) -> str:
             text = text.replace(secret, MASK)
     text = _USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
     text = _KEY_VALUE.sub(lambda m: f"{m.group('key')}{MASK}", text)
-    text = _AUTH_SCHEME.sub(lambda m: f"{m.group('scheme')}{m.group('sep')}{MASK}", text)
+    text = _AUTH_SCHEME.sub(_mask_credential, text)
     return text
 
 
