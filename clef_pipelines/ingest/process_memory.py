@@ -64,12 +64,7 @@ def limit_malloc_arenas(arenas: int = INGEST_MALLOC_ARENAS) -> bool:
     "Two malloc arenas"). Set before the work starts: arenas already made are not given
     back. Elsewhere (musl, macOS) there is no such call and nothing is done."""
     fix_mmap_threshold()
-    if os.environ.get("MALLOC_ARENA_MAX"):
-        return False
-    try:
-        return bool(_libc().mallopt(_M_ARENA_MAX, arenas))
-    except (OSError, AttributeError, TypeError):
-        return False
+    return _mallopt_unless_set("MALLOC_ARENA_MAX", _M_ARENA_MAX, arenas)
 
 
 def fix_mmap_threshold(size: int = INGEST_MMAP_THRESHOLD) -> bool:
@@ -85,9 +80,15 @@ def fix_mmap_threshold(size: int = INGEST_MMAP_THRESHOLD) -> bool:
     rise off) halved the heap's free-but-kept memory in the sync of 758,048 rows (0.17 to 0.08
     GB) and lowered its peak from 0.83 to 0.77 GB, at the same speed (docs/BENCHMARKS.md,
     "A fixed mmap threshold")."""
-    if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+    return _mallopt_unless_set("MALLOC_MMAP_THRESHOLD_", _M_MMAP_THRESHOLD, size)
+
+
+def _mallopt_unless_set(env_var: str, param: int, value: int) -> bool:
+    """glibc's `mallopt(param, value)`, unless the environment's `env_var` (the same setting,
+    which glibc applied at start) says otherwise; whether it was set here. Not glibc: False."""
+    if os.environ.get(env_var):
         return False
     try:
-        return bool(_libc().mallopt(_M_MMAP_THRESHOLD, size))
+        return bool(_libc().mallopt(param, value))
     except (OSError, AttributeError, TypeError):
         return False
