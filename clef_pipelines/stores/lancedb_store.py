@@ -709,11 +709,12 @@ class LanceDBStore(VectorStore):
         # sync's table: +0.13 GB in one call, at most +0.06 one at a time, the full-text
         # index's; docs/BENCHMARKS.md "The sync's memory as the table grows").
         vector = {ix.name for ix in indexes if "vector" in ix.columns}
+        latest_rows = self._latest_delta_rows(ds) if self.index_delta_rows else {}
         for index_name in names:
             if index_name in vector:  # one whole ANN index (index_segment_rows 0): as before
                 ds.optimize.optimize_indices(index_names=[index_name])
             else:
-                self._update_index(ds, index_name)
+                self._update_index(ds, index_name, latest_rows.get(index_name))
             trim_heap()
         # Versions older than the window go (0 would break a concurrent reader of an older
         # version). Lance reads a zero timedelta as "not given", so 0 is said as "keep one".
@@ -730,30 +731,36 @@ class LanceDBStore(VectorStore):
         self._since_upkeep[name] = (0, 0)
         self._rows_at_upkeep[name] = int(t.count_rows())
 
-    def _update_index(self, ds: Any, index_name: str) -> None:
+    @staticmethod
+    def _latest_delta_rows(ds: Any) -> dict[str, int]:
+        """Per index: the rows its latest delta covers (the one Lance merges new rows into,
+        the most recently updated). Read once an upkeep: updating one index changes neither
+        the fragments nor another index's deltas."""
+        rows = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
+        out: dict[str, int] = {}
+        for desc in ds.describe_indices():
+            if desc.segments:
+                latest = max(desc.segments, key=lambda seg: seg.dataset_version_at_last_update)
+                out[desc.name] = sum(rows.get(f, 0) or 0 for f in latest.fragment_ids)
+        return out
+
+    def _update_index(self, ds: Any, index_name: str, latest_rows: int | None) -> None:
         """Fold the rows written since into scalar or full-text index ``index_name``: into its
-        latest delta while that covers fewer than ``index_delta_rows`` rows, else into a new
-        delta of their own (Lance's ``num_indices_to_merge`` 1 or 0).
+        latest delta while that covers fewer than ``index_delta_rows`` rows (``latest_rows``,
+        None when unknown or deltas are off), else into a new delta of their own (Lance's
+        ``num_indices_to_merge`` 1 or 0).
 
         Why: Lance's default merges the new rows into the index, rewriting it whole, and that
         merge's memory grew with the table: folding the same 100,000 rows into the full-text
         index took +0.16 GB at 379,024 rows and +0.35 GB at 1.1 million; as a delta of their
         own +0.09 and +0.08, and the B-trees' likewise (bench/bench_index_update.py,
-        docs/BENCHMARKS.md "Upkeep in bounded memory"). So an index is kept as deltas of about ``index_delta_rows`` rows,
-        and an update rewrites one of them at most. A query searches every delta and Lance
-        combines their results (full-text scores use the deltas' combined statistics: the
-        same scores as one merged index), so results do not change; what grows with the
-        number of deltas (rows / ``index_delta_rows``) is a query's cost. 0: always merge
-        (Lance's default)."""
-        merge_into_latest = True
-        if self.index_delta_rows:
-            desc = next((d for d in ds.describe_indices() if d.name == index_name), None)
-            if desc is not None and desc.segments:
-                rows = {f.fragment_id: f.metadata.physical_rows for f in ds.get_fragments()}
-                # Lance merges into the most recently updated delta.
-                latest = max(desc.segments, key=lambda seg: seg.dataset_version_at_last_update)
-                held = sum(rows.get(f, 0) or 0 for f in latest.fragment_ids)
-                merge_into_latest = held < self.index_delta_rows
+        docs/BENCHMARKS.md "Upkeep in bounded memory"). So an index is kept as deltas of about
+        ``index_delta_rows`` rows, and an update rewrites one of them at most. A query searches
+        every delta and Lance combines their results (full-text scores use the deltas'
+        combined statistics: the same scores as one merged index), so results do not change;
+        what grows with the number of deltas (rows / ``index_delta_rows``) is a query's cost.
+        0: always merge (Lance's default)."""
+        merge_into_latest = latest_rows is None or latest_rows < self.index_delta_rows
         ds.optimize.optimize_indices(
             index_names=[index_name], num_indices_to_merge=1 if merge_into_latest else 0
         )
