@@ -128,14 +128,17 @@ class _Wanted:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def _lookup(self, asked: pl.Series) -> tuple[pl.Series, pl.Series]:
+        """Each asked id's row in `ids` (clipped in range) and whether it is that id."""
+        at = self.ids.search_sorted(asked).clip(upper_bound=len(self.ids) - 1)
+        return at, self.ids.gather(at) == asked
+
     def positions(self, doc_ids: list[str]) -> list[int]:
         """Each id's row in `ids`, or -1 when it is not wanted (one vectorised look-up for
         the list: a polars call per id costs a fraction of a millisecond)."""
         if not doc_ids or not len(self.ids):
             return [-1] * len(doc_ids)
-        asked = pl.Series(doc_ids, dtype=pl.Utf8)
-        at = self.ids.search_sorted(asked).clip(upper_bound=len(self.ids) - 1)
-        hit = self.ids.gather(at) == asked
+        at, hit = self._lookup(pl.Series(doc_ids, dtype=pl.Utf8))
         return [i if ok else -1 for i, ok in zip(at.to_list(), hit.to_list(), strict=True)]
 
     def take(self, position: int) -> bool:
@@ -154,8 +157,12 @@ class _Wanted:
     def batches_of(self, doc_ids: pl.Series) -> pl.Series:
         """The inventory's batch of each id (every id must be wanted)."""
         assert self.batches is not None
-        at = self.positions(doc_ids.to_list())
-        if min(at, default=0) < 0:
+        if not len(doc_ids):
+            return self.batches.clear().rename(BATCH)
+        if not len(self.ids):
+            raise KeyError("a parsed document the inventory did not ask for")
+        at, hit = self._lookup(doc_ids.cast(pl.Utf8))
+        if not hit.all():
             raise KeyError("a parsed document the inventory did not ask for")
         return self.batches.gather(at).rename(BATCH)
 
