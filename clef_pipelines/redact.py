@@ -57,7 +57,7 @@ def register_url_secrets(url: str | None) -> None:
 
 
 def _mask_credential(m: re.Match[str]) -> str:
-    """ "bearer", "basic" and "token" are also English words, so the word after them is masked
+    """The words bearer, basic and token are also English, so the word after them is masked
     only when it looks like a credential (a digit, a symbol of the token alphabet, or a
     capital inside it): "a token last 90 days", "basic authentication" and "a bearer of the
     card" stay as they are (the demo's first question printed as "token *** before it
