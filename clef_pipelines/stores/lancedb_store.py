@@ -296,8 +296,6 @@ class LanceDBStore(VectorStore):
         metadata_cache_mb: int = 128,
         index_cache_mb: int = 128,
     ) -> None:
-        import lancedb
-
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / _META_DIR).mkdir(exist_ok=True)
@@ -322,14 +320,9 @@ class LanceDBStore(VectorStore):
         # The index cache is bounded too (`index_cache_mb`): LanceDB's default is 6 GB, and a
         # refresh's deletes by document id on a 7.6M-row table filled it with index pages
         # (3.0 GB peak; 1.4 GB with 128 MB: docs/BENCHMARKS.md, "The index cache").
-        self._session = lancedb.Session(
-            metadata_cache_size_bytes=metadata_cache_mb * 1024 * 1024,
-            index_cache_size_bytes=index_cache_mb * 1024 * 1024,
-        )
-        self._db = lancedb.connect(
-            str(self.path), read_consistency_interval=timedelta(0), session=self._session
-        )
+        self._cache_bytes = (metadata_cache_mb * 1024 * 1024, index_cache_mb * 1024 * 1024)
         self._tables: dict[str, Any] = {}
+        self._connect()
         self._specs: dict[str, CollectionSpec] = {}
         self._writes: dict[str, int] = {}
         # Per collection since its last upkeep in this process: writes, rows written or
@@ -337,6 +330,20 @@ class LanceDBStore(VectorStore):
         self._since_upkeep: dict[str, tuple[int, int]] = {}
         self._rows_at_upkeep: dict[str, int] = {}
         self._lock = threading.RLock()
+
+    def _connect(self) -> None:
+        """A connection with a session (caches) of its own; the tables opened on the previous
+        one are dropped from `_tables` and reopened on first use."""
+        import lancedb
+
+        metadata_bytes, index_bytes = self._cache_bytes
+        self._session = lancedb.Session(
+            metadata_cache_size_bytes=metadata_bytes, index_cache_size_bytes=index_bytes
+        )
+        self._db = lancedb.connect(
+            str(self.path), read_consistency_interval=timedelta(0), session=self._session
+        )
+        self._tables.clear()
 
     # ------------------------------------------------------------------ meta
 
@@ -658,6 +665,7 @@ class LanceDBStore(VectorStore):
                 if unindexed:
                     # Folds the rows written since into the index (a delta, not a rebuild).
                     self._optimize(collection)
+                    t = self._table(collection)  # (the upkeep opened a new connection)
                     done = f"updated ({unindexed} rows folded in)"
                 else:
                     done = "up to date"
@@ -722,14 +730,23 @@ class LanceDBStore(VectorStore):
             ds.cleanup_old_versions(older_than=timedelta(seconds=self.cleanup_older_than_s))
         else:
             ds.cleanup_old_versions(retain_versions=1)
-        t.checkout_latest()
+        rows = int(t.count_rows())
+        # A fresh session after every upkeep. Why: LanceDB caches what it reads per table
+        # version, and every append is a version, so the index cache filled with entries of
+        # versions no one reads again, each the larger the more index deltas and fragments
+        # the table has (about 22 MB per 256 appends at 3.9M rows, 5 MB at 380k), until it
+        # reached its bound: the sync's memory grew with the table. Dropped here, the caches
+        # hold what was read since the last upkeep (docs/BENCHMARKS.md, "The caches of old
+        # versions"). A refresh's deletes by document id read the index pages they need again
+        # after an upkeep, and a small refresh has no upkeep before its last write.
+        del ds, t
+        self._connect()
         # Hand what the upkeep freed back to the OS: Lance's compaction and index updates
         # allocate and free buffers that grow with the rows folded in, and glibc kept them in
         # its arenas, so the resident memory between upkeeps crept up with the table.
-        del ds
         trim_heap()
         self._since_upkeep[name] = (0, 0)
-        self._rows_at_upkeep[name] = int(t.count_rows())
+        self._rows_at_upkeep[name] = rows
 
     @staticmethod
     def _latest_delta_rows(ds: Any) -> dict[str, int]:
@@ -777,6 +794,7 @@ class LanceDBStore(VectorStore):
                 done["scalar_indexes"] = made
             before = t.version
             self._optimize(collection)
+            t = self._table(collection)  # (the upkeep opened a new connection)
             done["optimized"] = True
             done["versions_before"] = before
             done["versions_kept"] = len(t.list_versions())

@@ -739,6 +739,31 @@ def test_lancedb_index_cache_is_bounded(tmp_path: pathlib.Path) -> None:
     assert unbounded > bounded  # the same work keeps more with room: the bound is what held it
 
 
+def test_lancedb_upkeep_drops_the_caches_of_old_versions(tmp_path: pathlib.Path) -> None:
+    """Every append is a table version and LanceDB caches what it read per version, so a
+    load's caches filled with entries of versions nobody reads again (22 MB per 256 appends
+    at 3.9M rows). An upkeep starts the store on a fresh session: what the caches hold after
+    it is only what was read since, and the table reads and writes on as before."""
+    from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+    store = LanceDBStore(tmp_path / "l", optimize_every=0)
+    store.ensure_collection(spec())
+    for w in range(30):
+        store.insert("docs", [_rec(w * 100 + i) for i in range(100)])
+    store.maintain("docs")
+    for w in range(30, 60):
+        store.insert("docs", [_rec(w * 100 + i) for i in range(100)])
+    before = int(store._session.size_bytes)
+    assert before > 0  # the appends' versions were read and cached
+    store.maintain("docs")
+    assert int(store._session.size_bytes) < before / 4
+    assert store.count("docs") == 6000
+    assert store.count("docs", where={"doc_id": "d7"}) == 10
+    store.insert("docs", [_rec(6000 + i) for i in range(10)])
+    assert store.count("docs") == 6010
+    store.close()
+
+
 def _fill_lancedb_caches(store: Any) -> int:
     """Writes, index upkeep, deletes by document id and filtered queries on a LanceDB store:
     the bytes its caches hold afterwards."""
