@@ -49,6 +49,9 @@
 - LanceDB's metadata cache is bounded (``metadata_cache_mb``): every write is a table version
   whose manifest lists every fragment, and the default cache kept each one it read, so a
   load's memory grew with the square of its writes between upkeeps.
+- Every upkeep ends on a fresh session: LanceDB caches entries per table version, and a load
+  writes a version per append, so its caches otherwise fill (to their bounds) with entries of
+  versions no one reads again, the larger the bigger the table.
 - Spec and manifest live in ``<path>/_clef_meta/<collection>.json``.
 """
 
