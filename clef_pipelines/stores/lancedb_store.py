@@ -737,7 +737,7 @@ class LanceDBStore(VectorStore):
         # A fresh session after every upkeep. Why: LanceDB caches what it reads per table
         # version, and every append is a version, so the index cache filled with entries of
         # versions no one reads again, each the larger the more index deltas and fragments
-        # the table has (about 22 MB per 256 appends at 3.9M rows, 5 MB at 380k), until it
+        # the table has (about 20 MB per 256 appends at 3.8M rows, 3 MB at 380k), until it
         # reached its bound: the sync's memory grew with the table. Dropped here, the caches
         # hold what was read since the last upkeep (docs/BENCHMARKS.md, "The caches of old
         # versions"). A refresh's deletes by document id read the index pages they need again

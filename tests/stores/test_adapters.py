@@ -741,8 +741,8 @@ def test_lancedb_index_cache_is_bounded(tmp_path: pathlib.Path) -> None:
 
 def test_lancedb_upkeep_drops_the_caches_of_old_versions(tmp_path: pathlib.Path) -> None:
     """Every append is a table version and LanceDB caches what it read per version, so a
-    load's caches filled with entries of versions nobody reads again (22 MB per 256 appends
-    at 3.9M rows). An upkeep starts the store on a fresh session: what the caches hold after
+    load's caches filled with entries of versions nobody reads again (20 MB per 256 appends
+    at 3.8M rows). An upkeep starts the store on a fresh session: what the caches hold after
     it is only what was read since, and the table reads and writes on as before."""
     from clef_pipelines.stores.lancedb_store import LanceDBStore
 
