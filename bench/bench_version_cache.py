@@ -29,13 +29,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from clef_pipelines.ingest.process_memory import limit_malloc_arenas  # noqa: E402
+from clef_pipelines.ingest.process_memory import limit_malloc_arenas, rss_gb  # noqa: E402
 from clef_pipelines.stores.lancedb_store import LanceDBStore  # noqa: E402
 
 
 def rss_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as f:
-        return int(f.read().split("VmRSS:")[1].split()[0]) / 1024
+    return rss_gb() * 1024
 
 
 def main() -> None:
