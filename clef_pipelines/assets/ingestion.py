@@ -33,6 +33,7 @@ from clef_pipelines.ingest.batches import (
     BATCH,
     BatchWriter,
     FrameBatches,
+    FrameFile,
     batch_column,
     batch_count,
 )
@@ -48,7 +49,7 @@ from clef_pipelines.ingest.documents import (
     stored_document_facts,
 )
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
-from clef_pipelines.ingest.sync import check_manifest
+from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, check_manifest
 from clef_pipelines.ingest.totals import source_totals
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
@@ -124,7 +125,7 @@ def source_documents(
     pipeline_settings: PipelineSettings,
     vector_store: VectorStoreResource,
     embedder: EmbedderResource,
-) -> dg.Output[pl.DataFrame]:
+) -> dg.Output[FrameFile]:
     started = time.perf_counter()
     settings = pipeline_settings.settings
     source = settings.source(context.partition_key)
@@ -153,8 +154,16 @@ def source_documents(
         BATCH
     ].n_unique()
     counts = status_counts(inventory)
-    return dg.Output(
+    failed = inventory.filter(pl.col("status") == FAILED)
+    # Handed on as its file, not as the frame: a run in one process would hold the frame
+    # until the run ends (see `FrameFile`).
+    staged = FrameFile.write(
         inventory,
+        _staging(settings, context.partition_key) / context.run_id / "source_documents.parquet",
+    )
+    del inventory
+    return dg.Output(
+        staged,
         metadata={
             "collection": collection,
             "documents": listed,
@@ -163,7 +172,7 @@ def source_documents(
             "batches": batches,
             "batches_to_process": changed_batches,
             **{f"documents_{k}": v for k, v in counts.items()},
-            "failed_documents": failures_table(inventory.filter(pl.col("status") == FAILED)),
+            "failed_documents": failures_table(failed),
             # What the store holds for the source as the run starts (the state, beside the
             # statuses above, which say what this run will change).
             **totals_metadata(source_totals(store, collection, source.name)),
@@ -490,6 +499,8 @@ def embeddings(
             "record.",
         ),
     ],
+    # Only what the sync and its checks read: a first load's inventory is every document.
+    ins={"source_documents": dg.AssetIn(metadata={"columns": list(SYNC_INVENTORY_COLUMNS)})},
 )
 @redacted_failures
 def store_sync(

@@ -131,6 +131,31 @@ class FrameBatches:
         return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
+@dataclass(frozen=True)
+class FrameFile:
+    """A step's frame handed on as the one Parquet file the step wrote, not as the frame.
+
+    Why: a run in one process (`execute_in_process`, how the CLI and the tests run the job)
+    keeps every step's output value until the run ends, so an inventory returned as a
+    DataFrame stayed resident through every later step, the sync included (about 56 MB at
+    500,000 documents; docs/BENCHMARKS.md). The IO manager moves the file into place, and a
+    step that takes it as input gets the DataFrame (or only the columns it asks for)."""
+
+    path: Path
+
+    @classmethod
+    def write(cls, frame: pl.DataFrame, path: Path) -> FrameFile:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.write_parquet(path)
+        return cls(path)
+
+    def rows(self) -> int:
+        return pq.ParquetFile(self.path).metadata.num_rows
+
+    def schema(self) -> dict[str, pl.DataType]:
+        return dict(pl.read_parquet_schema(self.path))
+
+
 class BatchWriter:
     """Writes a step's batched output into a staging folder the IO manager moves into place."""
 

@@ -25,6 +25,7 @@ import polars as pl
 from clef_pipelines import __version__
 from clef_pipelines.embedding.base import Embedder
 from clef_pipelines.embedding.executor import BatchRunner, local_batches
+from clef_pipelines.ingest.batches import BATCH
 from clef_pipelines.ingest.documents import CHANGED, NEW, REMOVED, REPAIR, RESCREEN
 from clef_pipelines.records import (
     FILTER_FIELDS,
@@ -40,6 +41,11 @@ from clef_pipelines.stores.manifest import ManifestMismatch, check_manifest  # n
 
 #: Test-only fault injection: SIGKILL this process after N upsert batches (the "killed run").
 KILL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_KILL_AFTER_UPSERTS"
+
+#: The inventory columns the sync reads (`confirm_new_documents`, `sync_batch`, the batch
+#: split, and the removed-documents check): the sync step loads these alone, since a first
+#: load's inventory holds every document of the source.
+SYNC_INVENTORY_COLUMNS = ("doc_id", "status", BATCH)
 
 ProgressFn = Callable[[int, int], None]
 
@@ -208,14 +214,16 @@ def confirm_new_documents(
     under the collection's lock and before anything is written: when the store holds no
     record of the source (a first load) that is one count, else one count per
     `_CONFIRM_CHUNK` new documents on the indexed ``doc_id``."""
-    new = inventory.filter(pl.col("status") == NEW)["doc_id"].to_list()
-    if not new or not store.has_collection(collection):
+    # A polars column, listed as Python strings a chunk at a time: on a first load every
+    # document is new, and a list of all their ids was the sync's largest object at start.
+    new = inventory.filter(pl.col("status") == NEW)["doc_id"]
+    if new.is_empty() or not store.has_collection(collection):
         return inventory
     if store.count(collection, where={"source": source}) == 0:
         return inventory
     stored: set[str] = set()
-    for start in range(0, len(new), _CONFIRM_CHUNK):
-        where = {"source": source, "doc_id": {"in": new[start : start + _CONFIRM_CHUNK]}}
+    for start in range(0, new.len(), _CONFIRM_CHUNK):
+        where = {"source": source, "doc_id": {"in": new.slice(start, _CONFIRM_CHUNK).to_list()}}
         if store.count(collection, where=where):
             stored.update(
                 r["doc_id"] for r in store.scan(collection, where=where, fields=["doc_id"])

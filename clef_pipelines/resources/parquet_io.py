@@ -10,8 +10,8 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from clef_pipelines.assets.metadata import frame_metadata
-from clef_pipelines.ingest.batches import FrameBatches
+from clef_pipelines.assets.metadata import column_schema, frame_metadata
+from clef_pipelines.ingest.batches import FrameBatches, FrameFile
 from clef_pipelines.resources.settings import PipelineSettings
 
 
@@ -20,7 +20,11 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
     or a batched step's output as the folder `<data_dir>/intermediates/<asset>/<partition>/`.
 
     Written to a temporary name and renamed, so a run killed mid-write never leaves a torn file
-    for the next run to read (a batched step writes its folder aside and it is swapped in).
+    for the next run to read (a batched step writes its folder aside and it is swapped in; a
+    `FrameFile` step writes its file aside and it is moved in).
+
+    An input whose `AssetIn` metadata names `columns` is read with those columns only: a step
+    that needs three columns of an inventory of millions of documents does not hold all eight.
     """
 
     settings: PipelineSettings
@@ -64,13 +68,34 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
             }
         )
 
+    def _put_file(self, context: dg.OutputContext, obj: FrameFile) -> None:
+        partition = context.partition_key if context.has_partition_key else None
+        path = self._path(context.asset_key, partition)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".parquet.tmp-{os.getpid()}")
+        shutil.move(str(obj.path), tmp)  # (the staging folder may be on another filesystem)
+        os.replace(tmp, path)
+        placed = FrameFile(path)
+        context.add_output_metadata(
+            {
+                "path": dg.MetadataValue.path(str(path)),
+                "dagster/row_count": dg.MetadataValue.int(placed.rows()),
+                "dagster/column_schema": dg.MetadataValue.table_schema(
+                    column_schema(pl.DataFrame(schema=placed.schema()))
+                ),
+            }
+        )
+
     def handle_output(
-        self, context: dg.OutputContext, obj: pl.DataFrame | FrameBatches | None
+        self, context: dg.OutputContext, obj: pl.DataFrame | FrameBatches | FrameFile | None
     ) -> None:
         if obj is None:
             return
         if isinstance(obj, FrameBatches):
             self._put_batches(context, obj)
+            return
+        if isinstance(obj, FrameFile):
+            self._put_file(context, obj)
             return
         if not isinstance(obj, pl.DataFrame):
             raise TypeError(f"{context.asset_key.to_user_string()} must return a polars DataFrame")
@@ -96,4 +121,5 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
                 f"no intermediate for {context.asset_key.to_user_string()} "
                 f"partition {partition!r} at {path}: materialise it first"
             )
-        return pl.read_parquet(path)
+        columns = (context.definition_metadata or {}).get("columns")
+        return pl.read_parquet(path, columns=list(columns) if columns else None)
