@@ -516,9 +516,8 @@ def store_sync(
     source = settings.source(context.partition_key)
     collection = settings.collection_of(source)
     store = vector_store.get()
-    touched = source_documents.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED]))
     done = batch_steps.sync_batches(
-        settings, source.name, store, embedder.get(), touched, embeddings
+        settings, source.name, store, embedder.get(), source_documents, embeddings
     )
     report = done.report
     total = store.count(collection) if store.has_collection(collection) else 0

@@ -21,6 +21,7 @@ from clef_pipelines.embedding.base import Embedder
 from clef_pipelines.embedding.executor import open_batch_runner
 from clef_pipelines.ingest import stages
 from clef_pipelines.ingest.batches import BATCH, BatchWriter, FrameBatches, merge_reports
+from clef_pipelines.ingest.documents import REMOVED, TO_PROCESS
 from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import FieldTypes
 from clef_pipelines.ingest.progress import report as progress_report
@@ -235,22 +236,27 @@ def sync_batches(
     source: str,
     store: VectorStore,
     embedder: Embedder,
-    touched: pl.DataFrame,
+    inventory: pl.DataFrame,
     embedded: FrameBatches,
 ) -> SyncSummary:
     """Write every batch's chunks into the store and delete what the batch no longer holds,
     under the collection's write lock; then the source's manifest entry and store upkeep.
 
-    `touched`: the inventory rows of the new, changed, repaired and removed documents."""
+    `inventory`: the source's inventory (`SYNC_INVENTORY_COLUMNS` suffice); only its new,
+    changed, repaired and removed documents are synced. Taken whole and filtered a batch at a
+    time, not as a filtered copy: on a first load every document is new, and the copy was the
+    size of the inventory."""
     collection = settings.collection_of(settings.source(source))
     report = SyncReport()
-    keys = sorted(set(embedded.keys()) | set(touched[BATCH].unique().to_list()))
+    touched = pl.col("status").is_in([*TO_PROCESS, REMOVED])
+    touched_batches = inventory.lazy().filter(touched).select(pl.col(BATCH).unique()).collect()
+    keys = sorted(set(embedded.keys()) | set(touched_batches[BATCH].to_list()))
     wrote = False
     # Runs launched from the UI or a schedule take the lock here (a CLI run already holds it;
     # the lock is reentrant in one process).
     with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
         # Before the first write: new documents' chunks are appended, not upserted.
-        touched = confirm_new_documents(store, collection, source, touched)
+        inventory = confirm_new_documents(store, collection, source, inventory)
         for n, key in enumerate(keys, start=1):
             # Batch by batch: each batch's documents are complete in the store before the next
             # starts, so a run killed half-way leaves whole batches done and the rest to repair.
@@ -258,7 +264,7 @@ def sync_batches(
                 store,
                 collection,
                 source,
-                touched.filter(pl.col(BATCH) == key),
+                inventory.filter((pl.col(BATCH) == key) & touched),
                 embedded.read(key),
                 embedder,
                 report=report,
