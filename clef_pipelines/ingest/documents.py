@@ -115,12 +115,16 @@ def stored_document_facts(store: VectorStore, collection: str, source: str) -> p
     records never sits in memory as Python objects."""
     if not store.has_collection(collection):
         return pl.DataFrame(schema=_STORED_SCHEMA)
-    folded = pl.DataFrame(schema=_STORED_SCHEMA)
+    # Each slice folded on its own, and the slices folded together once at the end: a
+    # document's records are written together, so the folded slices add up to about one row
+    # a document. Folding the running result into every slice instead re-grouped the whole
+    # source once a slice: time quadratic in the source, and the allocator kept much of what
+    # each re-grouping freed (docs/BENCHMARKS.md, "The inventory's stored facts").
+    parts: list[pl.DataFrame] = []
     rows: list[tuple] = []
 
-    def fold() -> pl.DataFrame:
-        part = pl.DataFrame(rows, schema=_STORED_SCHEMA, orient="row")
-        return _fold(pl.concat([folded, part]))
+    def fold() -> None:
+        parts.append(_fold(pl.DataFrame(rows, schema=_STORED_SCHEMA, orient="row")))
 
     for rec in store.scan(
         collection,
@@ -132,8 +136,10 @@ def stored_document_facts(store: VectorStore, collection: str, source: str) -> p
         asking = bool(rec.get("needs_rescreen") or rec.get("needs_reenrich"))
         rows.append((rec["doc_id"], h, h, c, c, 1, asking))
         if len(rows) >= _SCAN_FOLD:
-            folded, rows = fold(), []
-    return fold()
+            fold()
+            rows = []
+    fold()
+    return _fold(pl.concat(parts, rechunk=False)) if len(parts) > 1 else parts[0]
 
 
 def stored_documents(store: VectorStore, collection: str, source: str) -> dict[str, StoredDocument]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clef_pipelines.ingest import totals
+from clef_pipelines.ingest import documents, totals
 from clef_pipelines.ingest.documents import NEW, REMOVED
 from clef_pipelines.ingest.totals import source_totals
 from clef_pipelines.steering import checks
@@ -53,3 +53,17 @@ def test_stale_document_check_finds_exactly_the_stored_documents_the_source_lost
         True,
         {"stored_documents": 5, "stale_documents": 0, "examples": []},
     )
+
+
+def test_stored_document_facts_fold_documents_that_span_slices(
+    store: LanceDBStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sync(store, "s", inventory("s", dict.fromkeys(docs(7, 4), NEW)), chunks("s", docs(7, 4)))
+    sync(store, "t", inventory("t", {"d9": NEW}), chunks("t", {"d9": ["other source"]}))
+    monkeypatch.setattr(documents, "_SCAN_FOLD", 10**6)
+    whole = documents.stored_document_facts(store, "c", "s").sort("doc_id")
+    monkeypatch.setattr(documents, "_SCAN_FOLD", 3)  # every document spans two slices
+    sliced = documents.stored_document_facts(store, "c", "s").sort("doc_id")
+    assert sliced.equals(whole)
+    assert sliced["doc_id"].to_list() == [f"d{i}" for i in range(7)]
+    assert sliced["records"].to_list() == [4] * 7
