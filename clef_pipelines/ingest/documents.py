@@ -118,8 +118,8 @@ def stored_document_facts(store: VectorStore, collection: str, source: str) -> p
     # Each slice folded on its own, and the slices folded together once at the end: a
     # document's records are written together, so the folded slices add up to about one row
     # a document. Folding the running result into every slice instead re-grouped the whole
-    # source once a slice: time quadratic in the source, and the allocator kept much of what
-    # each re-grouping freed (docs/BENCHMARKS.md, "The inventory's stored facts").
+    # source once a slice, time quadratic in the source (docs/BENCHMARKS.md, "The
+    # inventory, held three times during the sync").
     parts: list[pl.DataFrame] = []
     rows: list[tuple] = []
 

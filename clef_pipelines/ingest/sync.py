@@ -215,7 +215,7 @@ def confirm_new_documents(
     record of the source (a first load) that is one count, else one count per
     `_CONFIRM_CHUNK` new documents on the indexed ``doc_id``."""
     # A polars column, listed as Python strings a chunk at a time: on a first load every
-    # document is new, and a list of all their ids was the sync's largest object at start.
+    # document is new, and a list of all their ids (some 70 bytes each) grew with the source.
     new = inventory.filter(pl.col("status") == NEW)["doc_id"]
     if new.is_empty() or not store.has_collection(collection):
         return inventory
