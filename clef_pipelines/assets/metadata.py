@@ -7,6 +7,8 @@ that knows them, so their plots over time show the data, not only what one run c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import dagster as dg
 import polars as pl
 
@@ -36,17 +38,17 @@ def failures_table(frame: pl.DataFrame, limit: int = 50) -> dg.TableMetadataValu
     return dg.MetadataValue.table(rows, schema=_FAILURE_SCHEMA)
 
 
-def column_schema(frame: pl.DataFrame) -> dg.TableSchema:
-    return dg.TableSchema(
-        columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()]
-    )
+def table_metadata(rows: int, schema: Mapping[str, object]) -> dict[str, dg.MetadataValue]:
+    """Row count and column schema of data held as a frame or as Parquet files."""
+    columns = [dg.TableColumn(name, str(dtype)) for name, dtype in schema.items()]
+    return {
+        "dagster/row_count": dg.MetadataValue.int(rows),
+        "dagster/column_schema": dg.MetadataValue.table_schema(dg.TableSchema(columns=columns)),
+    }
 
 
 def frame_metadata(frame: pl.DataFrame) -> dict[str, dg.MetadataValue]:
-    return {
-        "dagster/row_count": dg.MetadataValue.int(frame.height),
-        "dagster/column_schema": dg.MetadataValue.table_schema(column_schema(frame)),
-    }
+    return table_metadata(frame.height, frame.schema)
 
 
 def totals_metadata(totals: SourceTotals) -> dict[str, dg.MetadataValue]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from clef_pipelines.assets.metadata import column_schema, frame_metadata
+from clef_pipelines.assets.metadata import frame_metadata, table_metadata
 from clef_pipelines.ingest.batches import FrameBatches, FrameFile
 from clef_pipelines.resources.settings import PipelineSettings
 
@@ -56,14 +56,10 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
         shutil.rmtree(old, ignore_errors=True)
         self._path(context.asset_key, partition).unlink(missing_ok=True)  # an older layout
         batches = FrameBatches(folder)
-        columns = [dg.TableColumn(n, str(t)) for n, t in batches.schema().items()]
         context.add_output_metadata(
             {
                 "path": dg.MetadataValue.path(str(folder)),
-                "dagster/row_count": dg.MetadataValue.int(batches.rows()),
-                "dagster/column_schema": dg.MetadataValue.table_schema(
-                    dg.TableSchema(columns=columns)
-                ),
+                **table_metadata(batches.rows(), batches.schema()),
                 "batch_files": len(batches.files()),
             }
         )
@@ -79,10 +75,7 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
         context.add_output_metadata(
             {
                 "path": dg.MetadataValue.path(str(path)),
-                "dagster/row_count": dg.MetadataValue.int(placed.rows()),
-                "dagster/column_schema": dg.MetadataValue.table_schema(
-                    column_schema(pl.DataFrame(schema=placed.schema()))
-                ),
+                **table_metadata(placed.rows(), placed.schema()),
             }
         )
 
