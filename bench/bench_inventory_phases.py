@@ -24,6 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.append(str(REPO))  # after PYTHONPATH, so another commit's code can come first
 
+from _peak_memory import peak_mb, reset_peak  # noqa: E402
+
 from clef_pipelines.config import load_settings  # noqa: E402
 from clef_pipelines.embedding import make_embedder  # noqa: E402
 from clef_pipelines.ingest import stages  # noqa: E402
@@ -42,16 +44,6 @@ from clef_pipelines.ingest.process_memory import (  # noqa: E402
 )
 from clef_pipelines.ingest.totals import source_totals  # noqa: E402
 from clef_pipelines.stores import open_store  # noqa: E402
-
-
-def reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-        f.write("5")
-
-
-def peak_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as f:
-        return int(f.read().split("VmHWM:")[1].split()[0]) / 1024
 
 
 def phase(name: str, fn: Callable[[], Any]) -> Any:

@@ -26,22 +26,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from _peak_memory import peak_mb, reset_peak  # noqa: E402
+
 from clef_pipelines.ingest.process_memory import (  # noqa: E402
     limit_malloc_arenas,
     rss_gb,
     trim_heap,
 )
 from clef_pipelines.stores.lancedb_store import LanceDBStore  # noqa: E402
-
-
-def reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-        f.write("5")
-
-
-def peak_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as f:
-        return int(f.read().split("VmHWM:")[1].split()[0]) / 1024
 
 
 def upkeep_round(store: LanceDBStore, name: str) -> str:
