@@ -83,10 +83,9 @@ def window_sets(model: gt.Trained, train_windows: str = "units") -> dict:
     stage2_only = np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
     for_stage1 = ~np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
     logits = gt.stage1_matrix(windows) @ model.w1 + model.b1
-    seen = np.flatnonzero(logits >= model.gate_logit - 0.5)
-    extra = seen[stage2_only[seen]]
-    extra = set(extra[gt._hash_order([windows[i] for i in extra])][:4000])
-    seen = np.array([i for i in seen if not stage2_only[i] or i in extra], dtype=np.int64)
+    # The trainer's defaults: --stage2-margin 0.5, --stage2-only-windows 4000,
+    # --stage2-windows 30000.
+    seen = gt.stage2_candidates(windows, logits, model.gate_logit, stage2_only, 0.5, 4000)
     order = seen[gt._hash_order([windows[i] for i in seen])][:30000]
     oof = gt.out_of_fold_logits(windows, labels, weights, groups, 1.0, 5, for_stage1)
     rows = gt.evaluation_rows(examples, "val", 0.5)
@@ -205,15 +204,20 @@ def make_head(kind: str, hidden: int):  # type: ignore[no-untyped-def]
     return Head()
 
 
+def sample_weights(train: dict) -> np.ndarray:
+    """The recipe's stage-2 sample weights: benign prompts of the injection datasets at 0.3
+    (``--prompt-negative-weight``), both classes balanced."""
+    prompts = (train["labels"] == 0) & np.isin(train["sources"], INJECTION_SOURCES)
+    return gt._balanced(train["labels"], np.where(prompts, 0.3, 1.0) * train["weights"])
+
+
 def fit_heads(kind: str, train: dict, cache: TokenCache, args: argparse.Namespace) -> list:
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
-    prompts = (train["labels"] == 0) & np.isin(train["sources"], INJECTION_SOURCES)
-    weights = np.where(prompts, 0.3, 1.0) * train["weights"]
     texts = train["texts"]
     labels = torch.tensor(train["labels"], dtype=torch.float32)
-    sample = torch.tensor(gt._balanced(train["labels"], weights), dtype=torch.float32)
+    sample = torch.tensor(sample_weights(train), dtype=torch.float32)
     pooled = torch.tensor(
         np.hstack([cache.pooled(texts), (train["oof"] / 8.0)[:, None]]), dtype=torch.float32
     )
@@ -241,13 +245,13 @@ def fit_heads(kind: str, train: dict, cache: TokenCache, args: argparse.Namespac
 
 
 def seed_spread(
-    n: int, train: dict, pooled: Callable[[list[str]], np.ndarray]
+    n: int, train: dict, pooled: Callable[[list[str]], np.ndarray], scale: float
 ) -> list[tuple[str, list]]:
     """``n`` single MLPs of the committed recipe (seeds 0 .. n-1), as triplets and ensembles."""
-    prompts = (train["labels"] == 0) & np.isin(train["sources"], INJECTION_SOURCES)
-    weights = np.where(prompts, 0.3, 1.0) * train["weights"]
-    inputs = gt.stage2_inputs(pooled(train["texts"]), train["oof"], 8.0)
-    sample = gt._balanced(train["labels"], weights)
+    if not n:
+        return []
+    inputs = gt.stage2_inputs(pooled(train["texts"]), train["oof"], scale)
+    sample = sample_weights(train)
     members = [gt._fit_mlp(inputs, train["labels"], sample, 64, 1e-4, 30, s) for s in range(n)]
     out = [(f"seeds {k}-{k + 2}", members[k : k + 3]) for k in range(0, n - 2, 3)]
     return out + [(f"seeds 0-{k - 1} ({k} merged)", members[:k]) for k in (5, 10, 20, 30) if k <= n]
@@ -329,13 +333,10 @@ def main() -> None:
         print(f"| {name} | {threshold:.3f} | {recall:.3f} |", flush=True)
 
     print("| stage 2 (main windows) | threshold | validation mean recall |\n|---|---|---|")
-    committed = gt.mlp_logits(
-        model.layers,
-        gt.stage2_inputs(pooled(main_texts), val["logits"][main_rows], model.feature_scale),
-    )
-    report("committed (pooled MLP)", committed)
-    inputs = gt.stage2_inputs(pooled(main_texts), val["logits"][main_rows], 8.0)
-    for name, members in seed_spread(args.seed_spread, sets["train"], pooled):
+    inputs = gt.stage2_inputs(pooled(main_texts), val["logits"][main_rows], model.feature_scale)
+    report("committed (pooled MLP)", gt.mlp_logits(model.layers, inputs))
+    spread = seed_spread(args.seed_spread, sets["train"], pooled, model.feature_scale)
+    for name, members in spread:
         report(f"recipe retrained, {name}", gt.mlp_logits(gt.merge_mlps(members), inputs))
     for kind in args.heads if tokens else []:
         started = time.perf_counter()

@@ -660,6 +660,26 @@ def fit_knn_stage(
     _, model.knn_k, model.knn_weight, model.threshold, model.knn_min_positive = best
 
 
+def stage2_candidates(
+    windows: Sequence[str],
+    stage1_logits: np.ndarray,
+    gate: float,
+    stage2_only: np.ndarray,
+    margin: float,
+    only_windows: int,
+) -> np.ndarray:
+    """The training windows stage 2 may learn from, as row indices.
+
+    Stage 2 only ever sees windows that pass the gate: it trains on those (the hard negatives
+    of real prose among them), plus a margin below the gate. Of the stage-2-only windows
+    (``stage2_only``) it takes a fixed sample of ``only_windows`` (by text hash), so the
+    MiniLM work they add stays modest."""
+    seen = np.flatnonzero(stage1_logits >= gate - margin)
+    extra = seen[stage2_only[seen]]
+    extra = set(extra[_hash_order([windows[i] for i in extra])][:only_windows])
+    return np.array([i for i in seen if not stage2_only[i] or i in extra], dtype=np.int64)
+
+
 def train_cascade(
     examples: Sequence[Example], cache: VectorCache, args: argparse.Namespace
 ) -> Trained:
@@ -687,14 +707,10 @@ def train_cascade(
     val_labels = np.array([e.label for e in val_rows])
     gate = float(np.quantile(text_logit[val_labels == 1], 1.0 - args.gate_recall))
 
-    # Stage 2 only ever sees windows that pass the gate: train it on those (the hard negatives
-    # of real prose among them), plus a margin below the gate.
     train_logits = stage1_matrix(windows) @ w1 + b1
-    seen = np.flatnonzero(train_logits >= gate - args.stage2_margin)
-    # A fixed sample of the stage-2-only windows, so the MiniLM work they add stays modest.
-    extra = seen[stage2_only[seen]]
-    extra = set(extra[_hash_order([windows[i] for i in extra])][: args.stage2_only_windows])
-    seen = np.array([i for i in seen if not stage2_only[i] or i in extra], dtype=np.int64)
+    seen = stage2_candidates(
+        windows, train_logits, gate, stage2_only, args.stage2_margin, args.stage2_only_windows
+    )
     if args.stage2_cached_only:
         # Leave-one-source-out runs: stage 2 learns from the windows already embedded (no
         # held-out text is among them, and it saves a MiniLM pass per run).
