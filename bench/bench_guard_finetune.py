@@ -268,13 +268,13 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     model = gt.Trained.from_file(WEIGHTS_PATH)
-    sets = window_sets(model)
+    sets = window_sets(model, extra_splits=("test",) if args.test else ())
     train, val = sets["train"], sets["val"]
     if args.limit:
         train = {k: v[: args.limit] for k, v in train.items()}
     splits = {"validation": val}
     if args.test:
-        splits["test"] = split_windows(model, "test")
+        splits["test"] = sets["test"]
     for part in splits.values():
         passed = np.flatnonzero(part["passed"])
         part["main_rows"] = passed[~part["prefix"][passed]]
@@ -344,23 +344,6 @@ def main() -> None:
         report(f"{name} ({time.perf_counter() - started:.0f} s)", tuned)
     for table in tables:
         print("\n" + table)
-
-
-def split_windows(model: gt.Trained, split: str) -> dict:
-    """Every window of ``split``'s evaluation rows (the guard's own) with its stage-1 logit."""
-    from clef_pipelines.steering.guard_data import load_all
-
-    rows = gt.evaluation_rows(load_all(), split, 0.5)
-    windows, owner, prefix = gt.windows_of(rows, model.prefix_words)
-    logits = gt.stage1_matrix(windows) @ model.w1 + model.b1
-    return {
-        "rows": rows,
-        "windows": windows,
-        "owner": owner,
-        "prefix": prefix,
-        "logits": logits,
-        "passed": logits >= model.gates(prefix),
-    }
 
 
 def test_table(name: str, part: dict, text_scores, logits_of_split, threshold: float) -> str:  # type: ignore[no-untyped-def]

@@ -43,7 +43,7 @@ import os
 import pickle
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -72,10 +72,29 @@ def sentence_units() -> Iterator[None]:
         guard.guard_units = units
 
 
-def window_sets(model: gt.Trained, train_windows: str = "units") -> dict:
+def split_windows(model: gt.Trained, examples: Sequence, split: str) -> dict:
+    """Every window of ``split``'s evaluation rows (the guard's own windows, and injections
+    planted in that split's paragraphs) with its stage-1 logit and whether it passes the gate."""
+    rows = gt.evaluation_rows(examples, split, 0.5)
+    windows, owner, prefix = gt.windows_of(rows, model.prefix_words)
+    logits = gt.stage1_matrix(windows) @ model.w1 + model.b1
+    return {
+        "rows": rows,
+        "windows": windows,
+        "owner": owner,
+        "prefix": prefix,
+        "logits": logits,
+        "passed": logits >= model.gates(prefix),
+    }
+
+
+def window_sets(
+    model: gt.Trained, train_windows: str = "units", extra_splits: Sequence[str] = ()
+) -> dict:
     """The stage-2 training windows (as ``train_cascade`` picks them, with the committed gate;
-    ``train_windows="sentences"``: built without the run-on cuts) and every validation window
-    (always the guard's own) with its stage-1 logit."""
+    ``train_windows="sentences"``: built without the run-on cuts), every validation window
+    (always the guard's own) with its stage-1 logit, and the same for each of
+    ``extra_splits`` (``split_windows``)."""
     examples = load_all()
     with sentence_units() if train_windows == "sentences" else contextlib.nullcontext():
         windows, labels, weights, groups, sources, prefix = gt.training_windows(examples, 1.0, 0.5)
@@ -88,10 +107,7 @@ def window_sets(model: gt.Trained, train_windows: str = "units") -> dict:
     seen = gt.stage2_candidates(windows, logits, model.gate_logit, stage2_only, 0.5, 4000)
     order = seen[gt._hash_order([windows[i] for i in seen])][:30000]
     oof = gt.out_of_fold_logits(windows, labels, weights, groups, 1.0, 5, for_stage1)
-    rows = gt.evaluation_rows(examples, "val", 0.5)
-    val_windows, owner, val_prefix = gt.windows_of(rows, model.prefix_words)
-    val_logits = gt.stage1_matrix(val_windows) @ model.w1 + model.b1
-    return {
+    sets = {
         "train": {
             "texts": [windows[i] for i in order],
             "labels": labels[order],
@@ -99,15 +115,10 @@ def window_sets(model: gt.Trained, train_windows: str = "units") -> dict:
             "sources": source_of[order],
             "oof": oof[order],
         },
-        "val": {
-            "rows": rows,
-            "windows": val_windows,
-            "owner": owner,
-            "prefix": val_prefix,
-            "logits": val_logits,
-            "passed": val_logits >= model.gates(val_prefix),
-        },
     }
+    for split in ("val", *extra_splits):
+        sets[split] = split_windows(model, examples, split)
+    return sets
 
 
 class TokenCache:
