@@ -263,6 +263,13 @@ def main() -> None:
         "--test", action="store_true", help="also apply each validation threshold to test"
     )
     args = parser.parse_args()
+    if not all(0 <= k <= LAYERS for k in args.layers):
+        parser.error(f"--layers: each must be 0 to {LAYERS} (all-MiniLM-L6-v2 has {LAYERS})")
+    for name in ("epochs", "batch", "hidden", "seeds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if args.lora < 0:
+        parser.error("--lora must be 0 (train the layers) or a positive rank")
 
     import torch
 
