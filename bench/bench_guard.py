@@ -52,8 +52,11 @@ def quality_table(  # type: ignore[no-untyped-def]
     from clef_pipelines.steering.guard_data import load_all
     from clef_pipelines.steering.guard_train import VectorCache, evaluation_rows
 
-    # The committed guard's own arithmetic; only the MiniLM vectors may come from a cache.
-    embed = VectorCache(cache_dir).vectors if cache_dir else None
+    # The committed guard's own arithmetic; only the MiniLM vectors may come from a cache, and
+    # only for weights without tuned layers (their main windows' vectors are not MiniLM's).
+    embed = VectorCache(cache_dir).vectors if cache_dir and not guard.tuned_layers else None
+    if cache_dir and guard.tuned_layers:
+        print(f"--cache not used: {guard.version} has tuned MiniLM layers", file=sys.stderr)
     rows = evaluation_rows(load_all(overlays=overlays), split, plant_share)
     by_source: dict[str, list] = defaultdict(list)
     for e in rows:

