@@ -630,6 +630,10 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
         from clef_pipelines.steering.guard_tune import fit_tuned_stage
 
         fit_tuned_stage(model, examples, cache, args)
+    elif args.tune_rank and model.tuned_layers:
+        from clef_pipelines.steering.guard_tune import repack_tuned_stage
+
+        repack_tuned_stage(model, examples, cache, args)
     return model
 
 
@@ -1187,7 +1191,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="store each tuned matrix's difference from MiniLM as its best product of this "
-        "rank (guard_encoder.pack_tuned); 0: the whole difference in float16",
+        "rank (guard_encoder.pack_tuned); 0: the whole difference in float16. With --base "
+        "weights that have tuned layers and no --tune-layers: store those again at this rank "
+        "and choose the threshold again",
     )
     parser.add_argument(
         "--tune-work",

@@ -363,3 +363,29 @@ def _sentence_model() -> Any:
     from clef_pipelines.steering.guard import _MiniLM
 
     return _MiniLM.embedder()._load()
+
+
+def repack_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) -> None:
+    """Store ``model``'s tuned layers (from ``--base``) again at ``--tune-rank`` (the best
+    low-rank product of each matrix's difference from MiniLM) and choose the threshold
+    again on validation: a smaller weights file, if validation recall survives it."""
+    from clef_pipelines.steering import guard_train as gt
+    from clef_pipelines.steering.guard_encoder import (
+        GuardEncoder,
+        base_state,
+        pack_tuned,
+        unpack_tuned,
+    )
+
+    base = base_state(minilm_model().auto_model, model.tuned_layers)
+    state = unpack_tuned(model.tuned_arrays, base)
+    model.tuned_arrays = pack_tuned(state, base, args.tune_rank)
+    model.attach_encoder(GuardEncoder(_sentence_model(), model.tuned_arrays, model.tuned_layers))
+    val_rows = gt.evaluation_rows(examples, "val", args.plant_share)
+    recall = gt.choose_mix_and_threshold(model, val_rows, cache, args)
+    size = sum(a.nbytes for a in model.tuned_arrays.values())
+    print(
+        f"tuned layers at rank {args.tune_rank} ({size / 1e6:.1f} MB): threshold "
+        f"{model.threshold:.3f}, val recall {recall:.4f}",
+        file=sys.stderr,
+    )
