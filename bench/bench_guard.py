@@ -121,7 +121,8 @@ def explain_table(guard, texts: list[str]) -> str:  # type: ignore[no-untyped-de
     return "\n".join(lines)
 
 
-def demo_table(guard, top: int = 6) -> str:  # type: ignore[no-untyped-def]
+def demo_blocks() -> tuple[list[str], list[str]]:
+    """Every screened block of the demo corpus, parsed as ingest does, and its document."""
     from clef_pipelines.config import ParsingConfig, SourceConfig
     from clef_pipelines.parsing.loaders import iter_source_entries
     from clef_pipelines.parsing.parse import parse_document
@@ -134,6 +135,11 @@ def demo_table(guard, top: int = 6) -> str:  # type: ignore[no-untyped-def]
             if block.kind in SCREENED_KINDS:
                 texts.append(block.text)
                 where.append(doc.doc_id)
+    return texts, where
+
+
+def demo_table(guard, top: int = 6) -> str:  # type: ignore[no-untyped-def]
+    texts, where = demo_blocks()
     scores = guard.score(texts)
     flagged = int((scores >= guard.threshold).sum())
     lines = [

