@@ -21,7 +21,11 @@ in ``--work`` (float16, about 1 GB); each epoch then runs only the trained layer
   by this loop's optimiser and epochs instead of ``guard_train._fit_mlp``);
 - ``top K layers``: layers 6-K+1 .. 6 trained at ``--lr`` with the head at 1e-3;
 - ``top K layers, LoRA rank R`` (``--lora R``): those layers frozen, a low-rank adapter on each
-  of their linear maps trained at ``--lora-lr`` instead (``add_lora``): what would ship small.
+  of their linear maps trained at ``--lora-lr`` instead (``guard_tune.add_lora``): what would
+  ship small.
+
+The training itself is ``clef_pipelines.steering.guard_tune`` (what ``guard_train
+--tune-layers K`` runs); this bench adds the rows side by side and the per-source test table.
 
 ::
 
