@@ -307,9 +307,10 @@ class InjectionGuard:
                     self._encoder = GuardEncoder(
                         _MiniLM.embedder()._load(), self._tuned_arrays, self.tuned_layers
                     )
+                except GuardError:
+                    raise
                 except (KeyError, RuntimeError, ValueError) as exc:
-                    if isinstance(exc, GuardError):
-                        raise
+                    # A weights file whose tuned layers are incomplete or do not fit MiniLM.
                     raise GuardError(
                         f"cannot build the guard's tuned MiniLM layers ({self.version}): {exc}"
                     ) from exc

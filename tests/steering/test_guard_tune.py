@@ -158,6 +158,19 @@ def test_tuned_weights_refuse_cached_minilm_vectors(tmp_path: Path) -> None:
         guard.score([TEXTS[0]], embed=_MiniLM.embed)
 
 
+def test_incomplete_tuned_layers_fail_with_the_weights_named(tmp_path: Path) -> None:
+    path = tmp_path / "guard_weights.npz"
+    tuned_weights(path)
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays.pop(next(k for k in arrays if k.startswith(TUNED_PREFIX)))
+    broken = tmp_path / "broken.npz"
+    np.savez_compressed(broken, **arrays)
+    guard = InjectionGuard.from_file(broken)
+    with pytest.raises(GuardError, match=f"tuned MiniLM layers \\({guard.version}\\).*lack"):
+        guard.score([TEXTS[0]])
+
+
 def test_weights_without_tuned_layers_take_cached_vectors(tmp_path: Path) -> None:
     """Weights in the v5 form (no tuned layers) run MiniLM as it ships, so a cache of its
     vectors (what ``bench_guard.py --cache`` passes) stands in for it exactly."""
