@@ -217,6 +217,22 @@ class _MiniLM:
         return cls.embedder().embed(list(texts))
 
 
+def tuned_encoder(arrays: dict[str, np.ndarray], layers: int, version: str):  # type: ignore[no-untyped-def]
+    """MiniLM (the guard's loaded copy) with the top ``layers`` tuned as ``arrays`` store
+    them (``guard_encoder.GuardEncoder``); ``version`` names the weights in an error."""
+    from clef_pipelines.steering.guard_encoder import GuardEncoder
+
+    try:
+        return GuardEncoder(_MiniLM.embedder()._load(), arrays, layers)
+    except GuardError:
+        raise
+    except (KeyError, RuntimeError, ValueError) as exc:
+        # A weights file whose tuned layers are incomplete or do not fit MiniLM.
+        raise GuardError(
+            f"cannot build the guard's tuned MiniLM layers ({version}): {exc}"
+        ) from exc
+
+
 class InjectionGuard:
     """The committed two-stage guard. ``score`` gives P(injection) per text in [0, 1]."""
 
@@ -301,19 +317,7 @@ class InjectionGuard:
         """MiniLM with this guard's tuned top layers (``GuardEncoder``), built once."""
         with self._encoder_lock:
             if self._encoder is None:
-                from clef_pipelines.steering.guard_encoder import GuardEncoder
-
-                try:
-                    self._encoder = GuardEncoder(
-                        _MiniLM.embedder()._load(), self._tuned_arrays, self.tuned_layers
-                    )
-                except GuardError:
-                    raise
-                except (KeyError, RuntimeError, ValueError) as exc:
-                    # A weights file whose tuned layers are incomplete or do not fit MiniLM.
-                    raise GuardError(
-                        f"cannot build the guard's tuned MiniLM layers ({self.version}): {exc}"
-                    ) from exc
+                self._encoder = tuned_encoder(self._tuned_arrays, self.tuned_layers, self.version)
             return self._encoder
 
     def vectors(self, windows: Sequence[str], prefix: np.ndarray) -> np.ndarray:

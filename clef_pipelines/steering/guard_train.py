@@ -466,15 +466,18 @@ class Trained:
         self.mix = 0.0
         self.feature_scale = feature_scale
         #: MiniLM's top layers tuned with the main stage 2 (``guard_tune``; weights v6 on):
-        #: how many, their stored arrays (``guard_encoder.pack_tuned``), and the encoder that
-        #: gives the main windows' vectors through them (built on first use).
+        #: how many, and their stored arrays (``guard_encoder.pack_tuned``); set with
+        #: ``set_tuned``. The encoder that runs them is built on first use.
         self.tuned_layers = 0
         self.tuned_arrays: dict[str, np.ndarray] = {}
         self._encoder = None
         self._tuned_vectors: dict[str, np.ndarray] = {}
 
-    def attach_encoder(self, encoder) -> None:  # type: ignore[no-untyped-def]
-        self._encoder = encoder
+    def set_tuned(self, arrays: dict[str, np.ndarray], layers: int) -> None:
+        """Tuned layers as stored (``pack_tuned``); the encoder and the vectors it gave for
+        the ones before are dropped."""
+        self.tuned_arrays, self.tuned_layers = arrays, layers
+        self._encoder = None
         self._tuned_vectors = {}
 
     def main_vectors(self, texts: Sequence[str], cache: VectorCache) -> np.ndarray:
@@ -483,11 +486,10 @@ class Trained:
         if not self.tuned_layers:
             return cache.vectors(texts)
         if self._encoder is None:
-            from clef_pipelines.steering.guard import _MiniLM
-            from clef_pipelines.steering.guard_encoder import GuardEncoder
+            from clef_pipelines.steering.guard import tuned_encoder
 
-            self._encoder = GuardEncoder(
-                _MiniLM.embedder()._load(), self.tuned_arrays, self.tuned_layers
+            self._encoder = tuned_encoder(
+                self.tuned_arrays, self.tuned_layers, getattr(self, "base_name", "trained")
             )
         missing = list(dict.fromkeys(t for t in texts if t not in self._tuned_vectors))
         if missing:
@@ -532,8 +534,10 @@ class Trained:
             (arrays[f"prefix_w{i}"].astype(np.float32), arrays[f"prefix_b{i}"].astype(np.float32))
             for i in range(int(meta.get("prefix_stage2_layers", 0)))
         ]
-        model.tuned_layers = int(meta.get("tuned_layers", 0))
-        model.tuned_arrays = {k: v for k, v in arrays.items() if k.startswith(TUNED_PREFIX)}
+        model.set_tuned(
+            {k: v for k, v in arrays.items() if k.startswith(TUNED_PREFIX)},
+            int(meta.get("tuned_layers", 0)),
+        )
         if meta.get("knn_k"):
             model.knn_positive = arrays["knn_positive"].astype(np.float32)
             model.knn_negative = arrays["knn_negative"].astype(np.float32)
@@ -1241,6 +1245,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--tune-layers must be 0 to 6 (all-MiniLM-L6-v2 has 6 layers)")
     if args.tune_epochs < 1 or args.tune_rank < 0 or args.tune_lora < 0:
         parser.error("--tune-epochs must be at least 1, --tune-rank and --tune-lora at least 0")
+    if args.tune_layers and args.knn_prototypes:
+        parser.error("--tune-layers replaces the main stage 2: leave out --knn-prototypes")
 
     examples = load_all(overlays=args.with_overlays)
     cache = VectorCache(args.cache)

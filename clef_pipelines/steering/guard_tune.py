@@ -45,6 +45,8 @@ class TuneSettings:
     #: the layers (``add_lora``); measured and not kept (``GUARD_WEIGHTS.md``).
     lora: int = 0
     lora_lr: float = 5e-4
+    #: Weight of the injection datasets' benign prompts (``--prompt-negative-weight``).
+    prompt_negative_weight: float = 0.3
 
 
 def minilm_model() -> Any:
@@ -240,7 +242,9 @@ def fit(
     optimiser = torch.optim.AdamW(groups, weight_decay=1e-4)
     texts = train["texts"]
     labels = torch.tensor(train["labels"], dtype=torch.float32)
-    sample = torch.tensor(sample_weights(train), dtype=torch.float32)
+    sample = torch.tensor(
+        sample_weights(train, settings.prompt_negative_weight), dtype=torch.float32
+    )
     stage1 = torch.tensor(train["oof"] / 8.0, dtype=torch.float32)
     batches = cache.batches(texts, settings.batch)
     steps = settings.epochs * len(batches)
@@ -323,7 +327,7 @@ def fit_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) 
     on validation by the trainer's rule through the guard's own encoder on those stored
     weights (``choose_mix_and_threshold``), so it is what the guard will compute."""
     from clef_pipelines.steering import guard_train as gt
-    from clef_pipelines.steering.guard_encoder import GuardEncoder, base_state, pack_tuned
+    from clef_pipelines.steering.guard_encoder import base_state, pack_tuned
 
     settings = TuneSettings(
         layers=args.tune_layers,
@@ -332,9 +336,11 @@ def fit_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) 
         seed=args.tune_seed,
         hidden=args.hidden,
         lora=args.tune_lora,
+        prompt_negative_weight=args.prompt_negative_weight,
     )
     if model.knn_k:
-        raise ValueError("--tune-layers replaces the main stage 2: leave out --knn-prototypes")
+        # From --base weights that carry a nearest-prototype margin on the main stage 2.
+        raise ValueError("--tune-layers replaces the main stage 2: its --base has a knn margin")
     train = stage2_training_set(model, examples, args)
     below = MINILM_LAYERS - settings.layers
     hidden = HiddenCache(args.tune_work, train["texts"], below)
@@ -343,13 +349,10 @@ def fit_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) 
         file=sys.stderr,
     )
     net = fit(train, hidden, settings)
-    transformer = minilm_model()
-    base = base_state(transformer.auto_model, settings.layers)
-    model.tuned_arrays = pack_tuned(layer_state(net), base, args.tune_rank)
-    model.tuned_layers = settings.layers
+    base = base_state(minilm_model().auto_model, settings.layers)
+    model.set_tuned(pack_tuned(layer_state(net), base, args.tune_rank), settings.layers)
     model.layers = head_layers(net)
     model.kind = "mlp"
-    model.attach_encoder(GuardEncoder(_sentence_model(), model.tuned_arrays, settings.layers))
     val_rows = gt.evaluation_rows(examples, "val", args.plant_share)
     recall = gt.choose_mix_and_threshold(model, val_rows, cache, args)
     print(
@@ -359,28 +362,16 @@ def fit_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) 
     )
 
 
-def _sentence_model() -> Any:
-    from clef_pipelines.steering.guard import _MiniLM
-
-    return _MiniLM.embedder()._load()
-
-
 def repack_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) -> None:
     """Store ``model``'s tuned layers (from ``--base``) again at ``--tune-rank`` (the best
     low-rank product of each matrix's difference from MiniLM) and choose the threshold
     again on validation: a smaller weights file, if validation recall survives it."""
     from clef_pipelines.steering import guard_train as gt
-    from clef_pipelines.steering.guard_encoder import (
-        GuardEncoder,
-        base_state,
-        pack_tuned,
-        unpack_tuned,
-    )
+    from clef_pipelines.steering.guard_encoder import base_state, pack_tuned, unpack_tuned
 
     base = base_state(minilm_model().auto_model, model.tuned_layers)
     state = unpack_tuned(model.tuned_arrays, base)
-    model.tuned_arrays = pack_tuned(state, base, args.tune_rank)
-    model.attach_encoder(GuardEncoder(_sentence_model(), model.tuned_arrays, model.tuned_layers))
+    model.set_tuned(pack_tuned(state, base, args.tune_rank), model.tuned_layers)
     val_rows = gt.evaluation_rows(examples, "val", args.plant_share)
     recall = gt.choose_mix_and_threshold(model, val_rows, cache, args)
     size = sum(a.nbytes for a in model.tuned_arrays.values())

@@ -122,8 +122,7 @@ def tuned_weights(path: Path) -> gt.Trained:
     model = gt.Trained.from_file(WEIGHTS_PATH)
     net = make_model(TuneSettings(layers=2))
     bert = _MiniLM.embedder()._load()[0].auto_model
-    model.tuned_arrays = pack_tuned(perturbed(layer_state(net)), base_state(bert, 2))
-    model.tuned_layers = 2
+    model.set_tuned(pack_tuned(perturbed(layer_state(net)), base_state(bert, 2)), 2)
     model.layers = head_layers(net)
     model.threshold = 0.5
     gt.save(model, path, {"trained": "test"})
@@ -175,7 +174,7 @@ def test_weights_without_tuned_layers_take_cached_vectors(tmp_path: Path) -> Non
     """Weights in the v5 form (no tuned layers) run MiniLM as it ships, so a cache of its
     vectors (what ``bench_guard.py --cache`` passes) stands in for it exactly."""
     model = gt.Trained.from_file(WEIGHTS_PATH)
-    model.tuned_layers, model.tuned_arrays = 0, {}
+    model.set_tuned({}, 0)
     path = tmp_path / "guard_weights.npz"
     gt.save(model, path, {"trained": "test"})
     guard = InjectionGuard.from_file(path)
@@ -244,6 +243,11 @@ def test_lora_adapters_fold_into_the_layers_they_adapt(tmp_path: Path) -> None:
 
 
 def test_trainer_rejects_bad_tune_options() -> None:
-    for argv in (["--tune-layers", "7"], ["--tune-epochs", "0"], ["--tune-rank", "-1"]):
+    for argv in (
+        ["--tune-layers", "7"],
+        ["--tune-epochs", "0"],
+        ["--tune-rank", "-1"],
+        ["--tune-layers", "3", "--knn-prototypes", "8"],
+    ):
         with pytest.raises(SystemExit):
             gt.main(argv)
