@@ -535,7 +535,7 @@ def _man_owners() -> dict[str, str]:
     for listing in Path("/var/lib/dpkg/info").glob("*.list"):
         package = listing.stem.split(":")[0]
         for line in listing.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("/usr/share/man/man"):
+            if "/man/man" in line:
                 out[line] = package
     return out
 
@@ -568,7 +568,9 @@ def manpages_by_group(root: Path = MAN_ROOT) -> dict[str, tuple[str, tuple[str, 
         body = _read_doc(path)
         if _ATTACK_TALK.search(body):
             continue
-        package_of.setdefault(group, owners.get(str(path), "unknown"))
+        # Pages chosen through update-alternatives are links to the owning package's file.
+        owner = owners.get(str(path)) or owners.get(str(path.resolve()), "unknown")
+        package_of.setdefault(group, owner)
         for text in _man_paragraphs(body):
             if text not in seen:
                 seen.add(text)

@@ -1257,10 +1257,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.report.write_text(json.dumps(result, indent=1))
         return
     model = train(examples, cache, args)
+    trained = dt.date.today().isoformat()
+    base = {"base": getattr(model, "base_name", "")} if args.base else {}
+    # Saved before the test report (tens of minutes with tuned layers, which embed live), so the
+    # demo can be checked meanwhile and a failed report loses no training.
+    save(model, args.out, {"trained": trained, **base})
+    print(f"wrote {args.out} ({args.out.stat().st_size} bytes)", file=sys.stderr)
     test = report(model, examples, cache, "test", args.plant_share)
     print(json.dumps(test, indent=1), file=sys.stderr)
     result = {
-        "trained": dt.date.today().isoformat(),
+        "trained": trained,
         "command": "python -m clef_pipelines.steering.guard_train "
         + " ".join(argv or sys.argv[1:]),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
@@ -1275,9 +1281,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     if args.loso:
         result["leave_one_source_out"] = leave_one_source_out(examples, cache, args)
-    base = {"base": getattr(model, "base_name", "")} if args.base else {}
-    save(model, args.out, {"trained": result["trained"], **base})
-    print(f"wrote {args.out} ({args.out.stat().st_size} bytes)", file=sys.stderr)
     if args.report:
         args.report.write_text(json.dumps(result, indent=1))
 
