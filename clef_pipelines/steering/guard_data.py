@@ -457,10 +457,15 @@ def _debian_entry(folder: Path) -> dict[str, str]:
     licence = "unknown"
     copyright_file = folder / "copyright"
     if copyright_file.exists():
-        names = re.findall(r"^License:[ \t]*([^\s/][^/\n]{0,40})$", _read_doc(copyright_file), re.M)
-        text = re.sub(r"\s+", " ", _read_doc(copyright_file))
-        named = re.search(r"licensed under (?:the )?(.{3,30}?\d(?:\.\d)?)", text)
-        licence = names[0].strip() if names else named.group(1) if named else licence
+        body = _read_doc(copyright_file)
+        names = re.findall(r"^License:[ \t]*([^\s/][^/\n]{0,40})$", body, re.M)
+        # Not machine-readable (the Google Cloud CLI's): "... licensed under Apache License v. 2.0"
+        named = re.search(
+            r"licensed under (?:the )?(.{3,30}?\d(?:\.\d)?)", re.sub(r"\s+", " ", body)
+        )
+        licence = (
+            names[0].strip() if names else named.group(1) if named else f"see {copyright_file}"
+        )
     return {"version": _dpkg_versions().get(folder.name, "unknown"), "licence": licence}
 
 

@@ -78,6 +78,8 @@ BUCKETS = 1 << 18
 #: "document", "note"), while stage 2, which also sees the vector, is where hard negatives of
 #: imperative prose for a human reader belong.
 STAGE2_ONLY_SOURCES = ("helpdocs", "manpages")
+#: Technical and help docs: the benign prose of imperatives addressed to a human reader.
+DOC_SOURCES = ("pydocs", "pkgdocs", *STAGE2_ONLY_SOURCES)
 
 
 # -- MiniLM vectors, cached by text ---------------------------------------------------------
@@ -791,7 +793,7 @@ def train_cascade(
     # addressed to a human reader, few of them pass the gate, and they are what stacking the
     # word evidence lifts; weighing them up keeps stage 2 from trusting "run", "store", "enter"
     # too much (stage 1 and the gate are fitted with plain weights).
-    docs = np.isin(source_of[order], ("pydocs", "pkgdocs", "helpdocs", "manpages"))
+    docs = np.isin(source_of[order], DOC_SOURCES)
     stage2_weights = np.where(docs, args.doc_weight, 1.0) * weights[order]
     # The injection datasets' own benign rows are user prompts to an assistant ("How does scrum
     # manage sprint planning", "Help me write a poem"): addressed to an AI, so not what the
