@@ -668,11 +668,14 @@ def fit_knn_stage(
     windows, labels, _, _, sources, _ = training_windows(examples, args.stage1_c, args.plant_share)
     source_of = np.array(sources)
     train_logits = stage1_matrix(windows) @ model.w1 + model.b1
-    seen = np.flatnonzero(train_logits >= model.gate_logit - args.stage2_margin)
-    stage2_only = np.isin(source_of, STAGE2_ONLY_SOURCES)
-    extra = seen[stage2_only[seen]]
-    extra = set(extra[_hash_order([windows[i] for i in extra])][: args.stage2_only_windows])
-    seen = np.array([i for i in seen if not stage2_only[i] or i in extra], dtype=np.int64)
+    seen = stage2_candidates(
+        windows,
+        train_logits,
+        model.gate_logit,
+        np.isin(source_of, STAGE2_ONLY_SOURCES),
+        args.stage2_margin,
+        args.stage2_only_windows,
+    )
     positive = seen[labels[seen] == 1]
     negative = seen[(labels[seen] == 0) & ~np.isin(source_of[seen], INJECTION_SOURCES)]
 
@@ -722,7 +725,7 @@ def fit_knn_stage(
 def stage2_candidates(
     windows: Sequence[str],
     stage1_logits: np.ndarray,
-    gate: float,
+    gate: float | np.ndarray,
     stage2_only: np.ndarray,
     margin: float,
     only_windows: int,
@@ -846,12 +849,14 @@ def fit_prefix_stage(
     scifact = np.array([val_rows[i].source == "scifact" for i in val_owner]) & val_prefix
     prefix_gate = float(np.quantile(val_logits[scifact], args.prefix_gate_quantile))
     train_logits = stage1_matrix(windows) @ model.w1 + model.b1
-    own_gate = np.where(prefix, prefix_gate, model.gate_logit)
-    seen = np.flatnonzero(train_logits >= own_gate - args.stage2_margin)
-    stage2_only = np.isin(source_of, STAGE2_ONLY_SOURCES) & ~prefix
-    extra = seen[stage2_only[seen]]
-    extra = set(extra[_hash_order([windows[i] for i in extra])][: args.stage2_only_windows])
-    seen = np.array([i for i in seen if not stage2_only[i] or i in extra], dtype=np.int64)
+    seen = stage2_candidates(
+        windows,
+        train_logits,
+        np.where(prefix, prefix_gate, model.gate_logit),  # each window against its own gate
+        np.isin(source_of, STAGE2_ONLY_SOURCES) & ~prefix,
+        args.stage2_margin,
+        args.stage2_only_windows,
+    )
     print(
         f"prefix windows {list(args.prefix_words)}: gate {prefix_gate:.2f}; stage 2 trains on "
         f"{len(seen)} windows ({int(prefix[seen].sum())} prefixes, "
