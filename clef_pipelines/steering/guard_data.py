@@ -469,6 +469,7 @@ def _debian_entry(folder: Path) -> dict[str, str]:
     return {"version": _dpkg_versions().get(folder.name, "unknown"), "licence": licence}
 
 
+@functools.cache
 def _dpkg_versions() -> dict[str, str]:
     status = Path("/var/lib/dpkg/status")
     out = {}
