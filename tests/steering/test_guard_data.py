@@ -173,3 +173,42 @@ def test_man_pages_give_their_prose_once_and_split_by_command_group(tmp_path) ->
     assert gcloud == {guard_data._hash_split("manpages:gcloud:secrets", train=50, val=15)}
     assert guard_data.man_group("gcloud_alpha_compute_ssh.1.gz") == "gcloud:compute"
     assert guard_data.man_group("ssh-keygen.1.gz") == "ssh-keygen"
+
+
+GERMAN_PAGE = r""".TH TOOL 1
+.SH NAME
+tool \- ein Werkzeug
+.SH BESCHREIBUNG
+Standardm\(:a\(ssig werden die Originalquellen nur hinzugef\(:ugt, wenn sich die Version
+ge\(:andert hat; \(Fosiehe unten\(Fc.
+.PP
+\(OA\(OA\(OA \(em ||| 42 17 99 \(em ||| 42 17 99 \(em ||| 42 17 99 \(em ||| 42 17 99 ||| 1 2
+"""
+
+
+def test_translated_man_pages_keep_their_letters_and_their_english_page_split(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``manpages-intl``: roff's accented letters decoded, keyed by language, and each page on
+    the split side of its English page (so no held-out text is a translation of a trained one);
+    English pages are not read by it, nor translations by ``load_manpages``."""
+    (tmp_path / "man1").mkdir()
+    (tmp_path / "man1" / "tool.1").write_text(MAN_PAGE.replace("GCLOUD", "TOOL"))
+    for language in ("de", "pt_BR"):
+        (tmp_path / language / "man1").mkdir(parents=True)
+        (tmp_path / language / "man1" / "tool.1.gz").write_bytes(
+            gzip.compress(GERMAN_PAGE.replace("Version", f"Version ({language})").encode())
+        )
+    groups = guard_data.manpages_by_group(tmp_path, translated=True)
+    assert list(groups) == ["de/tool", "pt_BR/tool"]
+    assert groups["de/tool"][1] == (
+        "Standardmäßig werden die Originalquellen nur hinzugefügt, wenn sich die Version (de) "
+        "geändert hat; «siehe unten».",
+    )
+    rows = guard_data.load_manpages_intl(tmp_path)
+    english = guard_data.load_manpages(tmp_path)
+    assert {e.source for e in rows} == {"manpages-intl"} and len(rows) == 2
+    assert (
+        {e.split for e in rows}
+        == {e.split for e in english}
+        == {guard_data._hash_split("manpages:tool", train=50, val=15)}
+    )
+    assert not any("Originalquellen" in e.text for e in english)
