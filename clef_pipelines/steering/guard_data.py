@@ -568,7 +568,7 @@ def _man_owners() -> dict[str, str]:
     for listing in Path("/var/lib/dpkg/info").glob("*.list"):
         package = listing.stem.split(":")[0]
         for line in listing.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith(str(MAN_ROOT)):
+            if "/man/man" in line or line.startswith(str(MAN_ROOT)):
                 out[line] = package
     return out
 
@@ -643,14 +643,15 @@ def load_manpages_intl(root: Path = MAN_ROOT) -> list[Example]:
 
 
 def manpages_provenance() -> dict[str, dict[str, str | int]]:
-    """Debian package -> its version, licence and how many man-page paragraphs (English and
-    translated) it gave."""
-    counts: dict[str, int] = {}
-    groups = [*manpages_by_group().values(), *manpages_by_group(translated=True).values()]
-    for package, paragraphs in groups:
-        counts[package] = counts.get(package, 0) + len(paragraphs)
+    """Debian package -> its version, licence and how many paragraphs its English man pages
+    (``manpages``) and their translations (``manpages-intl``) gave."""
+    counts: dict[str, dict[str, int]] = {}
+    for key, translated in (("paragraphs", False), ("translated_paragraphs", True)):
+        for package, paragraphs in manpages_by_group(translated=translated).values():
+            mine = counts.setdefault(package, {"paragraphs": 0, "translated_paragraphs": 0})
+            mine[key] += len(paragraphs)
     return {
-        package: {**_debian_entry(Path("/usr/share/doc") / package), "paragraphs": n}
+        package: {**_debian_entry(Path("/usr/share/doc") / package), **n}
         for package, n in sorted(counts.items())
     }
 
