@@ -77,7 +77,7 @@ BUCKETS = 1 << 18
 #: stage 1 pulled down its word evidence on injections that share help text's words ("reply",
 #: "document", "note"), while stage 2, which also sees the vector, is where hard negatives of
 #: imperative prose for a human reader belong.
-STAGE2_ONLY_SOURCES = ("helpdocs", "manpages", "manpages-intl")
+STAGE2_ONLY_SOURCES = ("helpdocs", "manpages")
 #: Technical and help docs: the benign prose of imperatives addressed to a human reader.
 DOC_SOURCES = ("pydocs", "pkgdocs", *STAGE2_ONLY_SOURCES)
 

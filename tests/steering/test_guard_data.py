@@ -186,29 +186,30 @@ ge\(:andert hat; \(Fosiehe unten\(Fc.
 """
 
 
-def test_translated_man_pages_keep_their_letters_and_their_english_page_split(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """``manpages-intl``: roff's accented letters decoded, keyed by language, and each page on
-    the split side of its English page (so no held-out text is a translation of a trained one);
-    English pages are not read by it, nor translations by ``load_manpages``."""
+def test_translated_man_pages_are_test_rows_beside_their_english_test_page(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``manpages-intl``: roff's accented letters decoded, keyed by language, and rows only
+    for pages whose English page is on the test side (``grep``; ``tool`` is a validation page),
+    so no figure is on a translation of a trained text. English pages are not read by it, nor
+    translations by ``load_manpages``."""
+    assert guard_data._hash_split("manpages:grep", train=50, val=15) == "test"
+    assert guard_data._hash_split("manpages:tool", train=50, val=15) == "val"
     (tmp_path / "man1").mkdir()
-    (tmp_path / "man1" / "tool.1").write_text(MAN_PAGE.replace("GCLOUD", "TOOL"))
-    for language in ("de", "pt_BR"):
-        (tmp_path / language / "man1").mkdir(parents=True)
-        (tmp_path / language / "man1" / "tool.1.gz").write_bytes(
-            gzip.compress(GERMAN_PAGE.replace("Version", f"Version ({language})").encode())
-        )
+    for page in ("grep", "tool"):
+        (tmp_path / "man1" / f"{page}.1").write_text(MAN_PAGE.replace("GCLOUD", page))
+        for language in ("de", "pt_BR"):
+            (tmp_path / language / "man1").mkdir(parents=True, exist_ok=True)
+            text = GERMAN_PAGE.replace("Version", f"Version ({language[:2]}, {page})")
+            (tmp_path / language / "man1" / f"{page}.1.gz").write_bytes(
+                gzip.compress(text.encode())
+            )
     groups = guard_data.manpages_by_group(tmp_path, translated=True)
-    assert list(groups) == ["de/tool", "pt_BR/tool"]
-    assert groups["de/tool"][1] == (
-        "Standardmäßig werden die Originalquellen nur hinzugefügt, wenn sich die Version (de) "
-        "geändert hat; «siehe unten».",
+    assert list(groups) == ["de/grep", "de/tool", "pt_BR/grep", "pt_BR/tool"]
+    assert groups["de/grep"][1] == (
+        "Standardmäßig werden die Originalquellen nur hinzugefügt, wenn sich die Version (de, "
+        "grep) geändert hat; «siehe unten».",
     )
     rows = guard_data.load_manpages_intl(tmp_path)
+    assert sorted(e.text.split("(")[1].split(")")[0] for e in rows) == ["de, grep", "pt, grep"]
+    assert {(e.source, e.split, e.label) for e in rows} == {("manpages-intl", "test", 0)}
     english = guard_data.load_manpages(tmp_path)
-    assert {e.source for e in rows} == {"manpages-intl"} and len(rows) == 2
-    assert (
-        {e.split for e in rows}
-        == {e.split for e in english}
-        == {guard_data._hash_split("manpages:tool", train=50, val=15)}
-    )
-    assert not any("Originalquellen" in e.text for e in english)
+    assert english and not any("Originalquellen" in e.text for e in english)
