@@ -373,8 +373,8 @@ def _doc_paragraphs(body: str, english_only: bool = True) -> list[str]:
             continue
         if _ADDRESSES_AI.search(text):
             continue
-        # The help docs: English prose only (their translations are few and uneven; the
-        # translated man pages are a source of their own, ``manpages-intl``).
+        # English prose only, unless asked (the translated man pages, ``manpages-intl``): the
+        # help docs' few translations are uneven, and protocol tables are not prose.
         if english_only and sum(c.isascii() for c in text) < 0.95 * len(text):
             continue
         out.append(text)
@@ -600,7 +600,7 @@ def manpages_by_group(
     texts: dict[str, list[str]] = {}
     package_of: dict[str, str] = {}
     seen: set[str] = set()
-    for path in sorted(root.glob("[!m]*/man[1-8]/*" if translated else "man[1-8]/*")):
+    for path in sorted(root.glob("*/man[1-8]/*" if translated else "man[1-8]/*")):
         if not path.is_file():
             continue
         group = man_group(path.name)
