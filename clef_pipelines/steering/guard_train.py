@@ -383,6 +383,28 @@ def source_tempered(labels: np.ndarray, sources: np.ndarray, temperature: float)
     return out
 
 
+def recipe_weights(
+    labels: np.ndarray,
+    sources: np.ndarray,
+    weights: np.ndarray,
+    prompt_negative_weight: float,
+    source_temperature: float,
+) -> np.ndarray:
+    """Stage 2's sample weights before class balance, for the MLP (``train_cascade``) and the
+    tuned layers (``guard_tune.sample_weights``) alike.
+
+    The injection datasets' own benign rows are user prompts to an assistant ("How does scrum
+    manage sprint planning", "Help me write a poem"): addressed to an AI, so not what the guard
+    must let through in a document. As stage-2 negatives they teach it to tell a malicious
+    prompt from a harmless one, a harder question than the guard's, and it pays in recall (see
+    GUARD_WEIGHTS.md); they weigh ``prompt_negative_weight`` (0: left out). Injection datasets
+    are tempered by ``source_tempered``.
+    """
+    prompts = (labels == 0) & np.isin(sources, INJECTION_SOURCES)
+    out = np.where(prompts, prompt_negative_weight, 1.0) * weights
+    return out * source_tempered(labels, sources, source_temperature)
+
+
 def fit_stage2(vectors, labels, weights, kind: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """Stage 2 on its inputs (``stage2_inputs``): ``logreg`` (one layer) or ``mlp``
     (inputs -> hidden -> 1, an average of ``--seeds`` networks). Either way a list of
@@ -820,15 +842,13 @@ def train_cascade(
     # word evidence lifts; weighing them up keeps stage 2 from trusting "run", "store", "enter"
     # too much (stage 1 and the gate are fitted with plain weights).
     docs = np.isin(source_of[order], DOC_SOURCES)
-    stage2_weights = np.where(docs, args.doc_weight, 1.0) * weights[order]
-    # The injection datasets' own benign rows are user prompts to an assistant ("How does scrum
-    # manage sprint planning", "Help me write a poem"): addressed to an AI, so not what the
-    # guard must let through in a document. As stage-2 negatives they teach it to tell a
-    # malicious prompt from a harmless one, a harder question than the guard's, and it pays in
-    # recall (see GUARD_WEIGHTS.md). Weighed by --prompt-negative-weight (0: left out).
-    prompts = (labels[order] == 0) & np.isin(source_of[order], INJECTION_SOURCES)
-    stage2_weights = np.where(prompts, args.prompt_negative_weight, 1.0) * stage2_weights
-    stage2_weights *= source_tempered(labels[order], source_of[order], args.source_temperature)
+    stage2_weights = np.where(docs, args.doc_weight, 1.0) * recipe_weights(
+        labels[order],
+        source_of[order],
+        weights[order],
+        args.prompt_negative_weight,
+        args.source_temperature,
+    )
     keep = stage2_weights > 0
     order, inputs, stage2_weights = order[keep], inputs[keep], stage2_weights[keep]
     best: Trained | None = None
@@ -891,8 +911,10 @@ def fit_prefix_stage(
     fits = ~np.isin(source_of, STAGE2_ONLY_SOURCES) & ~prefix
     oof = out_of_fold_logits(windows, labels, weights, groups, args.stage1_c, args.folds, fits)
     inputs = stage2_inputs(vectors, oof[seen], model.feature_scale)
-    prompts = (labels[seen] == 0) & np.isin(source_of[seen], INJECTION_SOURCES)
-    stage2_weights = np.where(prompts, args.prompt_negative_weight, 1.0) * weights[seen]
+    # Untempered: the prefix stage is weights v5's recipe, and tempering was not tried on it.
+    stage2_weights = recipe_weights(
+        labels[seen], source_of[seen], weights[seen], args.prompt_negative_weight, 1.0
+    )
     clean_prefix = prefix[seen] & (labels[seen] == 0)
     stage2_weights = np.where(clean_prefix, args.prefix_negative_weight, stage2_weights)
     keep = stage2_weights > 0

@@ -101,11 +101,14 @@ def sample_weights(
     ``prompt_negative_weight``, injection datasets tempered (``source_tempered``), both
     classes balanced."""
     from clef_pipelines.steering import guard_train as gt
-    from clef_pipelines.steering.guard_data import INJECTION_SOURCES
 
-    prompts = (train["labels"] == 0) & np.isin(train["sources"], INJECTION_SOURCES)
-    weights = np.where(prompts, prompt_negative_weight, 1.0) * train["weights"]
-    weights *= gt.source_tempered(train["labels"], train["sources"], source_temperature)
+    weights = gt.recipe_weights(
+        train["labels"],
+        train["sources"],
+        train["weights"],
+        prompt_negative_weight,
+        source_temperature,
+    )
     return gt._balanced(train["labels"], weights)
 
 
