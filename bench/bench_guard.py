@@ -27,6 +27,10 @@
 
 ``--weights FILE`` scores a candidate weights file instead of the committed one.
 
+``--languages en`` applies ``steering.guard.languages`` to the held-out table: each text is a
+document of its own, and one in another language is not judged (``steering.language``), so it
+is neither quarantined nor caught. The last column is the share of such texts per source.
+
 Prints markdown. Everything is read from ../shared/data; nothing is written.
 """
 
@@ -53,6 +57,7 @@ def quality_table(  # type: ignore[no-untyped-def]
     split: str,
     overlays: bool = False,
     sources: list[str] | None = None,
+    languages: list[str] | None = None,
 ) -> str:
     from clef_pipelines.steering.guard_data import load_all
     from clef_pipelines.steering.guard_train import VectorCache, evaluation_rows
@@ -71,14 +76,24 @@ def quality_table(  # type: ignore[no-untyped-def]
         raise SystemExit(f"no {split} rows of: {', '.join(sorted(set(sources) - set(by_source)))}")
     lines = [
         f"| source ({split} split) | texts | injections | recall | benign | false quarantine | "
-        "stage-1 pass (benign) | windows / text | to MiniLM / text |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "stage-1 pass (benign) | windows / text | to MiniLM / text |"
+        + (" not judged (language) |" if languages else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if languages else ""),
     ]
     recalls = []
     for source, items in sorted(by_source.items()):
         scores = guard.score([e.text for e in items], embed=embed)
         labels = np.array([e.label for e in items])
         flagged = scores >= guard.threshold
+        left = ""
+        if languages:
+            # Each text as a document of its own, as the screen asks with guard.languages:
+            # one the guard does not judge is not quarantined, whatever it scores.
+            from clef_pipelines.steering.language import language_of
+
+            judged = np.array([language_of(e.text, languages).judged for e in items])
+            flagged &= judged
+            left = f" {1 - judged.mean():.3f} |"
         pos, neg = labels == 1, labels == 0
         # A text passes stage 1 when any of its windows goes on to MiniLM.
         # Sentence-prefix windows (weights v5 on) count too, each against its own gate.
@@ -96,7 +111,7 @@ def quality_table(  # type: ignore[no-untyped-def]
             recalls.append(float(flagged[pos].mean()))
         lines.append(
             f"| {source} | {len(items)} | {int(pos.sum())} | {recall} | {int(neg.sum())} | "
-            f"{fq} | {s1} | {windows_per_text:.2f} | {minilm_per_text:.3f} |"
+            f"{fq} | {s1} | {windows_per_text:.2f} | {minilm_per_text:.3f} |{left}"
         )
     if recalls:
         lines.append(
@@ -247,6 +262,13 @@ def main() -> None:
         metavar="SOURCE",
         help="only these sources in the held-out table (e.g. manpages-intl)",
     )
+    parser.add_argument(
+        "--languages",
+        nargs="+",
+        metavar="CODE",
+        help="as steering.guard.languages: each text is a document, and one in another "
+        "language is not judged (not quarantined); the table's last column is their share",
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
@@ -256,7 +278,13 @@ def main() -> None:
     print(f"guard {guard.version}, threshold {guard.threshold:.3f}\n")
     if not args.skip_quality:
         table = quality_table(
-            guard, args.cache, args.plant_share, args.split, args.with_overlays, args.sources
+            guard,
+            args.cache,
+            args.plant_share,
+            args.split,
+            args.with_overlays,
+            args.sources,
+            args.languages,
         )
         print(table + "\n")
     if args.explain:

@@ -278,6 +278,8 @@ def screened_paragraphs(
             "decisions": dg.MetadataValue.json(report.decisions),
             "screen": report.clef,
             "guard": report.guard,
+            # Paragraphs the guard left to Clef by their document's language (guard.languages).
+            "guard_not_judged": dg.MetadataValue.json(report.guard_not_judged),
             "judges": report.judges,
             "needs_rescreen": report.needs_rescreen,
             "failed_requests": dg.MetadataValue.json(report.failures),

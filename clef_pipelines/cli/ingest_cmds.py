@@ -320,6 +320,7 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
             ("  removed", docs.get("documents_removed")),
             ("  failed", _failed_count(r)),
             ("paragraphs quarantined / dropped", _screen_counts(r)),
+            *_guard_not_judged(r),
             ("chunks", chunks.get("chunks")),
             ("tokens", chunks.get("tokens")),
             ("embedded / reused", f"{emb.get('embedded', 0)} / {emb.get('reused', 0)}"),
@@ -359,6 +360,15 @@ def _screen_counts(report: Any) -> str | None:
     quarantined = int(actions.get("quarantine", 0)) + int(enrich.get("quarantined") or 0)
     dropped = int(actions.get("drop", 0)) + int(enrich.get("dropped") or 0)
     return f"{quarantined} / {dropped}"
+
+
+def _guard_not_judged(report: Any) -> list[tuple[str, str]]:
+    """A row when the guard left documents in other languages to Clef (guard.languages)."""
+    left = (report.assets.get("screened_paragraphs") or {}).get("guard_not_judged") or {}
+    if not left:
+        return []
+    by_language = ", ".join(f"{lang} {n}" for lang, n in sorted(left.items()))
+    return [("  not judged by the guard (language)", by_language)]
 
 
 def _clef_failures(report: Any) -> list[str]:

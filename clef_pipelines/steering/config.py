@@ -39,6 +39,24 @@ class GuardConfig(StrictModel):
     threshold: float | None = Field(
         None, ge=0, le=1, description="P(injection) that quarantines; None: the model's own."
     )
+    languages: list[str] | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Languages the guard judges (ISO 639-1, e.g. [en]); None: every document. The "
+            "guard's encoder is English: with this set, a document written in another "
+            "language (as a whole: steering.language) is left to Clef, recorded per paragraph "
+            "(`language`) and counted in the run's `guard_not_judged`."
+        ),
+    )
+
+    @field_validator("languages")
+    @classmethod
+    def _languages(cls, v: list[str] | None) -> list[str] | None:
+        bad = [code for code in v or [] if not re.fullmatch(r"[a-z]{2,3}", code)]
+        if bad:
+            raise ValueError(f"language codes are ISO 639-1 like 'en' or 'de', got {bad}")
+        return v
 
 
 class ScreenConfig(StrictModel):
@@ -227,7 +245,8 @@ class SteeringConfig(StrictModel):
         requests. Taxonomy and custom questions are not here: `reenrich` applies them."""
         s, g, e = self.screen, self.guard, self.enrich
         return {
-            "guard": [g.mode, g.threshold],
+            # Languages only when set: collections that never set them keep their hashes.
+            "guard": [g.mode, g.threshold] + ([sorted(g.languages)] if g.languages else []),
             "screen": [
                 s.mode,
                 s.drop_boilerplate_at,

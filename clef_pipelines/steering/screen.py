@@ -25,6 +25,7 @@ import polars as pl
 
 from clef_pipelines.clef.wire import ChoiceAnswer
 from clef_pipelines.config import ChunkingConfig
+from clef_pipelines.steering.language import document_languages
 from clef_pipelines.steering.packing import Subject
 from clef_pipelines.steering.preask import PreaskPlan, plan_preask
 from clef_pipelines.steering.questions import (
@@ -42,6 +43,8 @@ SCREEN_COLUMNS: dict[str, pl.DataType] = {
     "p_boilerplate": pl.Float64(),
     "p_instructs_ai": pl.Float64(),
     "p_guard": pl.Float64(),
+    # The document's language, where steering.guard.languages asked (None otherwise).
+    "language": pl.Utf8(),
     "decision": pl.Utf8(),
     "screen_action": pl.Utf8(),
     "decided_by": pl.Utf8(),
@@ -65,6 +68,8 @@ class ScreenReport:
     clef: str = "off"  # on | shadow | off | unavailable (no backend)
     guard: str = "off"  # on | shadow | off | unavailable: <why>
     guard_version: str | None = None
+    #: Paragraphs the guard left to Clef, by their document's language (guard.languages).
+    guard_not_judged: dict[str, int] = field(default_factory=dict)
     judges: str = "either"
     requests: int = 0
     input_tokens: int = 0
@@ -183,6 +188,7 @@ def screen_blocks(
     # --- guard ------------------------------------------------------------------------
     guard_mode = cfg.guard.mode
     p_guard: dict[int, float] = {}
+    language: dict[int, str] = {}
     guard_threshold = 1.0
     if guard_mode == "off":
         rep.guard = "off"
@@ -194,9 +200,21 @@ def screen_blocks(
             rep.guard = guard_mode
             rep.guard_version = str(getattr(guard, "version", "") or "") or None
             guard_threshold = steering.guard_threshold(guard)
-            scores = steering.guard_scores([texts[i] for i in screenable])
+            judged = screenable
+            if cfg.guard.languages:
+                doc_ids = blocks["doc_id"].to_list()
+                langs = document_languages(
+                    [doc_ids[i] for i in screenable],
+                    [texts[i] for i in screenable],
+                    cfg.guard.languages,
+                )
+                language = {i: langs[doc_ids[i]].language for i in screenable}
+                judged = [i for i in screenable if langs[doc_ids[i]].judged]
+                for i in sorted(set(screenable) - set(judged)):
+                    rep.guard_not_judged[language[i]] = rep.guard_not_judged.get(language[i], 0) + 1
+            scores = steering.guard_scores([texts[i] for i in judged])
             if scores is not None:
-                p_guard = {i: float(s) for i, s in zip(screenable, scores, strict=True)}
+                p_guard = {i: float(s) for i, s in zip(judged, scores, strict=True)}
 
     # --- decide -----------------------------------------------------------------------
     cols: dict[str, list[Any]] = {name: [None] * n for name in SCREEN_COLUMNS}
@@ -210,6 +228,7 @@ def screen_blocks(
         cols["p_boilerplate"][i] = p_boiler.get(i)
         cols["p_instructs_ai"][i] = p_ai.get(i)
         cols["p_guard"][i] = p_guard.get(i)
+        cols["language"][i] = language.get(i)
         if i not in screenable_set:
             cols["decision"][i] = cols["screen_action"][i] = KEEP
             cols["decided_by"][i] = ""

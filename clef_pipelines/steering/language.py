@@ -1,0 +1,77 @@
+"""The language a document is written in, for a judge that reads one language well.
+
+The offline guard's encoder (all-MiniLM-L6-v2) is an English model. On clean prose in other
+languages it is no judge: weights v7 quarantine 78% of the translated man-page paragraphs
+(`bench/bench_guard.py --sources manpages-intl`). With `steering.guard.languages` set, the screen
+asks this module which language each DOCUMENT is in, and the guard leaves documents in other
+languages to Clef; every such paragraph is recorded (`language`, and the run's
+`guard_not_judged`), never skipped in silence.
+
+Per document, not per paragraph, on purpose: an instruction in German planted in an English
+document is still judged by the guard (an attacker cannot leave the guard's view by changing
+the language of one paragraph); only a document written in another language as a whole is.
+
+py3langid (langid.py's model inside its wheel, numpy only, BSD) names the language. A document
+is judged when one of the wanted languages gets at least `JUDGED_AT` of the probability: the
+guard steps aside only when the identifier is sure the text is in another language.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The least probability one of the wanted languages must get for the document to be judged.
+JUDGED_AT = 0.1
+#: Characters of a document's screened text the identifier reads (its start; enough to be sure).
+SAMPLE_CHARS = 4000
+
+_identifier: Any = None
+_lock = threading.Lock()
+
+
+class LanguageCheckUnavailable(RuntimeError):
+    """`steering.guard.languages` is set but py3langid is not installed."""
+
+
+@dataclass(frozen=True)
+class DocumentLanguage:
+    language: str  # the most likely language (ISO 639-1, as langid.py names them)
+    judged: bool  # one of the wanted languages is likely enough
+
+
+def _identify(text: str) -> dict[str, float]:
+    global _identifier
+    with _lock:
+        if _identifier is None:
+            try:
+                from py3langid.langid import MODEL_FILE, LanguageIdentifier
+            except ModuleNotFoundError as exc:
+                raise LanguageCheckUnavailable(
+                    "steering.guard.languages needs py3langid (the `minilm` extra brings it): "
+                    "pip install 'clef-pipelines[minilm]', or unset the setting"
+                ) from exc
+            _identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    return dict(_identifier.rank(text))
+
+
+def language_of(text: str, wanted: Sequence[str]) -> DocumentLanguage:
+    """The language of one text, and whether it is likely enough one of `wanted`."""
+    probabilities = _identify(text[:SAMPLE_CHARS])
+    top = max(probabilities, key=probabilities.__getitem__)
+    judged = any(probabilities.get(lang, 0.0) >= JUDGED_AT for lang in wanted)
+    return DocumentLanguage(top, judged)
+
+
+def document_languages(
+    doc_ids: Sequence[str], texts: Sequence[str], wanted: Sequence[str]
+) -> dict[str, DocumentLanguage]:
+    """doc_id -> its language, from the document's texts (in order) read together."""
+    joined: dict[str, list[str]] = {}
+    for doc_id, text in zip(doc_ids, texts, strict=True):
+        parts = joined.setdefault(doc_id, [])
+        if sum(len(p) for p in parts) < SAMPLE_CHARS:
+            parts.append(text)
+    return {doc_id: language_of("\n\n".join(parts), wanted) for doc_id, parts in joined.items()}

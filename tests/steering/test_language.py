@@ -1,0 +1,53 @@
+"""Which language a document is in, for the guard's `languages` setting (steering.language)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from clef_pipelines.steering import language
+from clef_pipelines.steering.config import GuardConfig, SteeringConfig
+from clef_pipelines.steering.language import document_languages, language_of
+
+ENGLISH = "The File menu uploads up to four files at once; they are shared with the whole team."
+GERMAN = "Mit dem Menü Datei können Sie bis zu vier Dateien gleichzeitig hochladen und teilen."
+FRENCH = "Le menu Fichier permet de téléverser jusqu'à quatre fichiers à la fois pour l'équipe."
+
+
+def test_each_text_gets_its_language_and_whether_it_is_wanted() -> None:
+    assert language_of(ENGLISH, ["en"]) == language.DocumentLanguage("en", True)
+    assert language_of(GERMAN, ["en"]) == language.DocumentLanguage("de", False)
+    assert language_of(GERMAN, ["en", "de"]).judged
+    assert language_of(FRENCH, ["en"]).language == "fr"
+
+
+def test_a_document_is_judged_by_its_text_as_a_whole() -> None:
+    """One German paragraph inside an English page leaves the page English."""
+    langs = document_languages(
+        ["page", "page", "page", "seite", "seite"],
+        [ENGLISH, GERMAN, ENGLISH + " " + ENGLISH, GERMAN, GERMAN],
+        ["en"],
+    )
+    assert langs["page"] == language.DocumentLanguage("en", True)
+    assert langs["seite"] == language.DocumentLanguage("de", False)
+
+
+def test_language_codes_are_checked_and_part_of_the_decision_hash() -> None:
+    with pytest.raises(ValidationError, match="ISO 639-1"):
+        GuardConfig(languages=["English"])
+    with pytest.raises(ValidationError):
+        GuardConfig(languages=[])
+    unset = SteeringConfig().decision_fingerprint()
+    english = SteeringConfig(guard=GuardConfig(languages=["en"])).decision_fingerprint()
+    assert unset != english
+    # Unset, the hash is what it was before the setting existed.
+    assert unset["guard"] == ["on", None]
+
+
+def test_without_py3langid_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(language, "_identifier", None)
+    monkeypatch.setitem(sys.modules, "py3langid.langid", None)
+    with pytest.raises(language.LanguageCheckUnavailable, match="minilm"):
+        language_of(ENGLISH, ["en"])
