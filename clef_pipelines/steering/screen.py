@@ -17,7 +17,9 @@ retries is kept with `needs_rescreen`, and the run reports the failure.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +37,8 @@ from clef_pipelines.steering.questions import (
     enrichment_asks,
 )
 from clef_pipelines.steering.runtime import Steering
+
+log = logging.getLogger(__name__)
 
 KEEP, DROP, QUARANTINE = "keep", "drop", "quarantine"
 
@@ -210,8 +214,16 @@ def screen_blocks(
                 )
                 language = {i: langs[doc_ids[i]].language for i in screenable}
                 judged = [i for i in screenable if langs[doc_ids[i]].judged]
-                for i in sorted(set(screenable) - set(judged)):
-                    rep.guard_not_judged[language[i]] = rep.guard_not_judged.get(language[i], 0) + 1
+                left = Counter(language[i] for i in screenable if not langs[doc_ids[i]].judged)
+                rep.guard_not_judged = dict(sorted(left.items()))
+                if left and rep.clef != "on":
+                    log.warning(
+                        "the guard left %d paragraphs in %s to Clef, which is %s: no judge acts "
+                        "on them (steering.guard.languages)",
+                        sum(left.values()),
+                        ", ".join(sorted(left)),
+                        rep.clef,
+                    )
             scores = steering.guard_scores([texts[i] for i in judged])
             if scores is not None:
                 p_guard = {i: float(s) for i, s in zip(judged, scores, strict=True)}
