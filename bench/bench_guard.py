@@ -85,16 +85,19 @@ def quality_table(  # type: ignore[no-untyped-def]
         scores = guard.score([e.text for e in items], embed=embed)
         labels = np.array([e.label for e in items])
         flagged = scores >= guard.threshold
+        pos, neg = labels == 1, labels == 0
+        # Without the language gate, and (with --languages) with it: each text a document of
+        # its own, as the screen asks with guard.languages; one the guard does not judge is
+        # not quarantined, whatever it scores.
+        flagged_by_language = flagged
         left = ""
         if languages:
-            # Each text as a document of its own, as the screen asks with guard.languages:
-            # one the guard does not judge is not quarantined, whatever it scores.
             from clef_pipelines.steering.language import language_of
 
             judged = np.array([language_of(e.text, languages).judged for e in items])
-            flagged &= judged
+            flagged_by_language = flagged & judged
             left = f" {1 - judged.mean():.3f} |"
-        pos, neg = labels == 1, labels == 0
+
         # A text passes stage 1 when any of its windows goes on to MiniLM.
         # Sentence-prefix windows (weights v5 on) count too, each against its own gate.
         gated = [
@@ -104,20 +107,29 @@ def quality_table(  # type: ignore[no-untyped-def]
         passed = np.array([bool(np.any(g)) for g in gated])
         windows_per_text = sum(len(g) for g in gated) / len(items)
         minilm_per_text = sum(int(g.sum()) for g in gated) / len(items)
-        recall = f"{flagged[pos].mean():.3f}" if pos.any() else "-"
-        fq = f"{flagged[neg].mean():.3f}" if neg.any() else "-"
         s1 = f"{passed[neg].mean():.3f}" if neg.any() else "-"
         if pos.any():
-            recalls.append(float(flagged[pos].mean()))
+            recalls.append((float(flagged[pos].mean()), float(flagged_by_language[pos].mean())))
+        recall, fq = (_rate(flagged, flagged_by_language, m, bool(languages)) for m in (pos, neg))
         lines.append(
             f"| {source} | {len(items)} | {int(pos.sum())} | {recall} | {int(neg.sum())} | "
             f"{fq} | {s1} | {windows_per_text:.2f} | {minilm_per_text:.3f} |{left}"
         )
     if recalls:
-        lines.append(
-            f"\nMean recall over the {len(recalls)} injection sources: {np.mean(recalls):.3f}"
+        means = np.mean(recalls, axis=0)
+        mean = f"{means[0]:.3f}" + (
+            f" ({means[1]:.3f} with the language gate)" if languages else ""
         )
+        lines.append(f"\nMean recall over the {len(recalls)} injection sources: {mean}")
     return "\n".join(lines)
+
+
+def _rate(flagged: np.ndarray, gated: np.ndarray, mask: np.ndarray, both: bool) -> str:
+    """The flagged share of `mask`'s texts; with `both`, without and with the language gate."""
+    if not mask.any():
+        return "-"
+    alone = f"{flagged[mask].mean():.3f}"
+    return f"{alone} -> {gated[mask].mean():.3f}" if both else alone
 
 
 def explain_table(guard, texts: list[str]) -> str:  # type: ignore[no-untyped-def]

@@ -11,9 +11,13 @@ Per document, not per paragraph, on purpose: an instruction in German planted in
 document is still judged by the guard (an attacker cannot leave the guard's view by changing
 the language of one paragraph); only a document written in another language as a whole is.
 
-py3langid (langid.py's model inside its wheel, numpy only, BSD) names the language. A document
-is judged when one of the wanted languages gets at least `JUDGED_AT` of the probability: the
-guard steps aside only when the identifier is sure the text is in another language.
+py3langid (langid.py's model inside its wheel, numpy only, BSD) names the language. The guard
+steps aside only when the identifier is sure the document is written in another natural
+language: that language gets at least `OTHER_AT` of the probability and each wanted one less
+than `WANTED_BELOW`. Text with no language in it (`zxx`: base64, hex) or none clearly (leetspeak,
+characters split by backslashes: the probability spread thin) is judged: such obfuscation is
+how injections hide, and on neuralchemy's injections this rule leaves 4% unjudged where "not
+English" alone left 29% (docs/BENCHMARKS.md, "the guard's language gate").
 """
 
 from __future__ import annotations
@@ -23,8 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: The least probability one of the wanted languages must get for the document to be judged.
-JUDGED_AT = 0.1
+#: A document is left to Clef when its most likely language is not wanted, gets at least
+#: OTHER_AT, and every wanted language gets less than WANTED_BELOW.
+OTHER_AT = 0.5
+WANTED_BELOW = 0.1
+#: langid.py's label for text with no linguistic content (codes, base64): always judged.
+NO_LANGUAGE = "zxx"
 #: Characters of a document's screened text the identifier reads (its start; enough to be sure).
 SAMPLE_CHARS = 4000
 
@@ -39,7 +47,7 @@ class LanguageCheckUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class DocumentLanguage:
     language: str  # the most likely language (ISO 639-1, as langid.py names them)
-    judged: bool  # one of the wanted languages is likely enough
+    judged: bool  # False only when surely written in a language not wanted
 
 
 def _identify(text: str) -> dict[str, float]:
@@ -61,8 +69,13 @@ def language_of(text: str, wanted: Sequence[str]) -> DocumentLanguage:
     """The language of one text, and whether it is likely enough one of `wanted`."""
     probabilities = _identify(text[:SAMPLE_CHARS])
     top = max(probabilities, key=probabilities.__getitem__)
-    judged = any(probabilities.get(lang, 0.0) >= JUDGED_AT for lang in wanted)
-    return DocumentLanguage(top, judged)
+    other = (
+        top not in wanted
+        and top != NO_LANGUAGE
+        and probabilities[top] >= OTHER_AT
+        and all(probabilities.get(lang, 0.0) < WANTED_BELOW for lang in wanted)
+    )
+    return DocumentLanguage(top, not other)
 
 
 def document_languages(
