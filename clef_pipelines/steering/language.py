@@ -16,8 +16,8 @@ steps aside only when the identifier is sure the document is written in another 
 language: that language gets at least `OTHER_AT` of the probability and each wanted one less
 than `WANTED_BELOW`. Text with no language in it (`zxx`: base64, hex) or none clearly (leetspeak,
 characters split by backslashes: the probability spread thin) is judged: such obfuscation is
-how injections hide, and on neuralchemy's injections this rule leaves 4% unjudged where "not
-English" alone left 29% (docs/BENCHMARKS.md, "the guard's language gate").
+how injections hide: on neuralchemy's test texts this rule leaves 2.0% unjudged where "not
+English" alone left 15.3% (docs/BENCHMARKS.md, "the guard's language gate").
 """
 
 from __future__ import annotations
