@@ -15,9 +15,9 @@ py3langid (langid.py's model inside its wheel, numpy only, BSD) names the langua
 steps aside only when the identifier is sure the document is written in another natural
 language: that language gets at least `OTHER_AT` of the probability and each wanted one less
 than `WANTED_BELOW`. Text with no language in it (`zxx`: base64, hex) or none clearly (leetspeak,
-characters split by backslashes: the probability spread thin) is judged: such obfuscation is
-how injections hide: on neuralchemy's test texts this rule leaves 2.0% unjudged where "not
-English" alone left 15.3% (docs/BENCHMARKS.md, "the guard's language gate").
+characters split by backslashes: the probability spread thin) is judged, since obfuscation is
+how injections hide. On neuralchemy's test texts this rule leaves 2.0% unjudged where "not
+English" alone left 15.3% (docs/BENCHMARKS.md, "The language gate").
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def _identify(text: str) -> dict[str, float]:
 
 
 def language_of(text: str, wanted: Sequence[str]) -> DocumentLanguage:
-    """The language of one text, and whether it is likely enough one of `wanted`."""
+    """The language of one text, and whether the guard judges it: always, unless the text is
+    surely written in a natural language outside `wanted`."""
     probabilities = _identify(text[:SAMPLE_CHARS])
     top = max(probabilities, key=probabilities.__getitem__)
     other = (
