@@ -206,24 +206,9 @@ def screen_blocks(
             guard_threshold = steering.guard_threshold(guard)
             judged = screenable
             if cfg.guard.languages:
-                doc_ids = blocks["doc_id"].to_list()
-                langs = document_languages(
-                    [doc_ids[i] for i in screenable],
-                    [texts[i] for i in screenable],
-                    cfg.guard.languages,
+                judged, language = _language_gate(
+                    blocks, screenable, texts, cfg.guard.languages, rep
                 )
-                language = {i: langs[doc_ids[i]].language for i in screenable}
-                judged = [i for i in screenable if langs[doc_ids[i]].judged]
-                left = Counter(language[i] for i in screenable if not langs[doc_ids[i]].judged)
-                rep.guard_not_judged = dict(sorted(left.items()))
-                if left and rep.clef != "on":
-                    log.warning(
-                        "the guard left %d paragraphs in %s to Clef, which is %s: no judge acts "
-                        "on them (steering.guard.languages)",
-                        sum(left.values()),
-                        ", ".join(sorted(left)),
-                        rep.clef,
-                    )
             scores = steering.guard_scores([texts[i] for i in judged])
             if scores is not None:
                 p_guard = {i: float(s) for i, s in zip(judged, scores, strict=True)}
@@ -276,6 +261,35 @@ def screen_blocks(
     rep.needs_rescreen = len(failed)
     rep.seconds = round(time.perf_counter() - started, 3)
     return out, rep
+
+
+def _language_gate(
+    blocks: pl.DataFrame,
+    screenable: list[int],
+    texts: list[str],
+    wanted: list[str],
+    rep: ScreenReport,
+) -> tuple[list[int], dict[int, str]]:
+    """The blocks the guard judges (those of documents not surely in another language,
+    `steering.language`) and each screenable block's document language; the others are
+    counted in `rep.guard_not_judged`, and a warning says when no judge acts on them."""
+    doc_ids = blocks["doc_id"].to_list()
+    langs = document_languages(
+        [doc_ids[i] for i in screenable], [texts[i] for i in screenable], wanted
+    )
+    language = {i: langs[doc_ids[i]].language for i in screenable}
+    judged = [i for i in screenable if langs[doc_ids[i]].judged]
+    left = Counter(language[i] for i in screenable if not langs[doc_ids[i]].judged)
+    rep.guard_not_judged = dict(sorted(left.items()))
+    if left and rep.clef != "on":
+        log.warning(
+            "the guard left %d paragraphs in %s to Clef, which is %s: no judge acts on them "
+            "(steering.guard.languages)",
+            sum(left.values()),
+            ", ".join(sorted(left)),
+            rep.clef,
+        )
+    return judged, language
 
 
 def _decide(
