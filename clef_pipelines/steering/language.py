@@ -51,6 +51,10 @@ class DocumentLanguage:
 
 
 def _identify(text: str) -> dict[str, float]:
+    return dict(_loaded().rank(text))
+
+
+def _loaded() -> Any:
     global _identifier
     with _lock:
         if _identifier is None:
@@ -62,7 +66,19 @@ def _identify(text: str) -> dict[str, float]:
                     "pip install 'clef-pipelines[minilm]', or unset the setting"
                 ) from exc
             _identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
-    return dict(_identifier.rank(text))
+    return _identifier
+
+
+def check_codes(wanted: Sequence[str]) -> None:
+    """A code the identifier does not know (``eng``, ``xx``) would match no document, and the
+    guard would leave every document in a known language: refuse it, naming the setting."""
+    known = set(_loaded().nb_classes)
+    unknown = sorted(set(wanted) - known)
+    if unknown:
+        raise ValueError(
+            f"steering.guard.languages: unknown language code(s) {unknown}; "
+            f"py3langid knows {', '.join(sorted(known))}"
+        )
 
 
 def language_of(text: str, wanted: Sequence[str]) -> DocumentLanguage:
@@ -83,6 +99,7 @@ def document_languages(
     doc_ids: Sequence[str], texts: Sequence[str], wanted: Sequence[str]
 ) -> dict[str, DocumentLanguage]:
     """doc_id -> its language, from the document's texts (in order) read together."""
+    check_codes(wanted)
     joined: dict[str, list[str]] = {}
     for doc_id, text in zip(doc_ids, texts, strict=True):
         parts = joined.setdefault(doc_id, [])

@@ -62,3 +62,11 @@ def test_without_py3langid_the_error_says_what_to_install(monkeypatch: pytest.Mo
     monkeypatch.setitem(sys.modules, "py3langid.langid", None)
     with pytest.raises(language.LanguageCheckUnavailable, match="minilm"):
         language_of(ENGLISH, ["en"])
+
+
+def test_an_unknown_language_code_is_refused_naming_the_setting() -> None:
+    """'eng' passes the config's shape check but matches no document: the screen would leave
+    every English document unjudged."""
+    with pytest.raises(ValueError, match=r"steering.guard.languages: unknown .*'eng'"):
+        document_languages(["page"], [ENGLISH], ["eng"])
+    assert document_languages(["page"], [ENGLISH], ["en"])["page"].judged
