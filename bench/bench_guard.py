@@ -27,6 +27,10 @@
 
 ``--weights FILE`` scores a candidate weights file instead of the committed one.
 
+``--thresholds 0.8 0.7 0.5`` adds the operating points: the mean recall over the injection
+sources and each real-prose source's false quarantine at each of these thresholds (the value
+a user may set as ``steering.guard.threshold``) next to the weights' own.
+
 ``--languages en`` applies ``steering.guard.languages`` to the held-out table: each text is a
 document of its own, and one in another language is not judged (``steering.language``), so it
 is neither quarantined nor caught. The last column is the share of such texts per source.
@@ -58,6 +62,7 @@ def quality_table(  # type: ignore[no-untyped-def]
     overlays: bool = False,
     sources: list[str] | None = None,
     languages: list[str] | None = None,
+    thresholds: list[float] | None = None,
 ) -> str:
     from clef_pipelines.steering.guard_data import load_all
     from clef_pipelines.steering.guard_train import VectorCache, evaluation_rows
@@ -81,6 +86,8 @@ def quality_table(  # type: ignore[no-untyped-def]
         "|---|---|---|---|---|---|---|---|---|" + ("---|" if languages else ""),
     ]
     recalls = []
+    # Per source: the scores and labels as the table judged them, for --thresholds.
+    judged_scores: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for source, items in sorted(by_source.items()):
         scores = guard.score([e.text for e in items], embed=embed)
         labels = np.array([e.label for e in items])
@@ -97,6 +104,9 @@ def quality_table(  # type: ignore[no-untyped-def]
             judged = np.array([language_of(e.text, languages).judged for e in items])
             flagged_by_language = flagged & judged
             left = f" {1 - judged.mean():.3f} |"
+            # A text the guard does not judge scores nothing, at any threshold.
+            scores = np.where(judged, scores, 0.0)
+        judged_scores[source] = (scores, labels)
 
         # A text passes stage 1 when any of its windows goes on to MiniLM.
         # Sentence-prefix windows (weights v5 on) count too, each against its own gate.
@@ -121,6 +131,37 @@ def quality_table(  # type: ignore[no-untyped-def]
             f" ({means[1]:.3f} with the language gate)" if languages else ""
         )
         lines.append(f"\nMean recall over the {len(recalls)} injection sources: {mean}")
+    if thresholds:
+        lines.append("\n" + operating_points(judged_scores, thresholds, guard.threshold))
+    return "\n".join(lines)
+
+
+def operating_points(
+    by_source: dict[str, tuple[np.ndarray, np.ndarray]], thresholds: list[float], committed: float
+) -> str:
+    """What a lower or higher ``steering.guard.threshold`` would give on these rows: per
+    threshold, the mean recall over the injection sources and the false quarantine of each
+    source of real prose (a source without injections)."""
+    from clef_pipelines.steering.guard_train import _threshold_for
+
+    injection = [s for s, (_, labels) in by_source.items() if (labels == 1).any()]
+    prose = [s for s, (_, labels) in by_source.items() if not (labels == 1).any()]
+    lines = [
+        f"| threshold | mean recall ({len(injection)} injection sources) | "
+        + " | ".join(f"{s} false quarantine" for s in prose)
+        + " |",
+        "|---|---|" + "---|" * len(prose),
+    ]
+    # The trainer's rule (guard_train --max-false-quarantine 0.01) on these rows: the lowest
+    # threshold that quarantines at most 1% of each prose source. On validation rows it is the
+    # threshold the trainer would pick.
+    rule = max((_threshold_for(by_source[s][0], 0.01) for s in prose), default=committed)
+    for t in sorted({*thresholds, committed, rule}, reverse=True):
+        recall = np.mean([(sc[lb == 1] >= t).mean() for sc, lb in map(by_source.get, injection)])
+        rates = [f"{(by_source[s][0] >= t).mean():.4f}" for s in prose]
+        name = f"**{t:.3f}** (the weights')" if t == committed else f"{t:.3f}"
+        name += " (at most 1% of each prose source here)" if t == rule else ""
+        lines.append(f"| {name} | {recall:.3f} | " + " | ".join(rates) + " |")
     return "\n".join(lines)
 
 
@@ -281,6 +322,14 @@ def main() -> None:
         help="as steering.guard.languages: each text is a document, and one in another "
         "language is not judged (not quarantined); the table's last column is their share",
     )
+    parser.add_argument(
+        "--thresholds",
+        nargs="+",
+        type=float,
+        metavar="T",
+        help="also the operating points: mean recall and each real-prose source's false "
+        "quarantine at these thresholds (steering.guard.threshold) and the weights' own",
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
@@ -297,6 +346,7 @@ def main() -> None:
             args.with_overlays,
             args.sources,
             args.languages,
+            args.thresholds,
         )
         print(table + "\n")
     if args.explain:
