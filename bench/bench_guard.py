@@ -158,11 +158,12 @@ def operating_points(
     rule = max((_threshold_for(by_source[s][0], 0.01) for s in prose), default=committed)
     rule = committed if abs(rule - committed) < 5e-4 else rule  # one row when they agree
     for t in sorted({*thresholds, committed, rule}, reverse=True):
-        recall = np.mean([(sc[lb == 1] >= t).mean() for sc, lb in map(by_source.get, injection)])
+        caught = [(sc[lb == 1] >= t).mean() for sc, lb in map(by_source.get, injection)]
+        recall = f"{np.mean(caught):.3f}" if caught else "-"
         rates = [f"{(by_source[s][0] >= t).mean():.4f}" for s in prose]
         name = f"**{t:.3f}** (the weights')" if t == committed else f"{t:.3f}"
         name += " (at most 1% of each prose source here)" if t == rule else ""
-        lines.append(f"| {name} | {recall:.3f} | " + " | ".join(rates) + " |")
+        lines.append(f"| {name} | {recall} | " + " | ".join(rates) + " |")
     return "\n".join(lines)
 
 
@@ -332,6 +333,9 @@ def main() -> None:
         "quarantine at these thresholds (steering.guard.threshold) and the weights' own",
     )
     args = parser.parse_args()
+    bad = [t for t in args.thresholds or [] if not 0.0 <= t <= 1.0]
+    if bad:
+        parser.error(f"--thresholds: {bad} not in [0, 1] (a threshold on P(injection))")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
     from clef_pipelines.steering.guard import InjectionGuard
