@@ -134,6 +134,11 @@ def wikipedia_sample() -> Path | None:
     return path / WIKIPEDIA_SAMPLE if (path / WIKIPEDIA_SAMPLE).is_file() else None
 
 
+def _picked_by_hash(texts: Iterable[str], most: int) -> list[str]:
+    """At most ``most`` of ``texts``, a fixed pick that does not depend on their order."""
+    return sorted(texts, key=lambda t: hashlib.sha1(t.encode()).hexdigest())[:most]
+
+
 def _hash_split(key: str, train: int = 70, val: int = 15) -> Split:
     bucket = int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) % 100
     if bucket < train:
@@ -335,8 +340,8 @@ def load_wikipedia(dump: Path) -> list[Example]:
     out = []
     for title, paragraphs in wikipedia_articles(dump).items():
         split = _hash_split(f"wikipedia:{title}")
-        picked = sorted(paragraphs, key=lambda t: hashlib.sha1(t.encode()).hexdigest())
-        out += [Example(t, 0, "wikipedia", split) for t in picked[:WIKIPEDIA_PER_ARTICLE]]
+        picked = _picked_by_hash(paragraphs, WIKIPEDIA_PER_ARTICLE)
+        out += [Example(t, 0, "wikipedia", split) for t in picked]
     return out
 
 
@@ -529,9 +534,7 @@ def _helpdocs_of(files: list[Path]) -> list[str]:
         body = _read_doc(path)
         if body and not _ATTACK_TALK.search(body):
             texts += _doc_paragraphs(body)
-    unique = list(dict.fromkeys(texts))
-    unique.sort(key=lambda t: hashlib.sha1(t.encode()).hexdigest())
-    return unique[:HELPDOCS_PER_PACKAGE]
+    return _picked_by_hash(dict.fromkeys(texts), HELPDOCS_PER_PACKAGE)
 
 
 @functools.cache
@@ -718,8 +721,7 @@ def manpages_by_group(
                 texts.setdefault(group, []).append(text)
     out = {}
     for group, paragraphs in sorted(texts.items()):
-        paragraphs.sort(key=lambda t: hashlib.sha1(t.encode()).hexdigest())
-        out[group] = (package_of[group], tuple(paragraphs[:MANPAGES_PER_GROUP]))
+        out[group] = (package_of[group], tuple(_picked_by_hash(paragraphs, MANPAGES_PER_GROUP)))
     return out
 
 

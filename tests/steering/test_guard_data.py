@@ -277,5 +277,5 @@ def test_wikipedia_sample_gives_each_article_s_running_prose_only(tmp_path) -> N
     rows = guard_data.load_wikipedia(dump)
     assert {(e.label, e.source) for e in rows} == {(0, "wikipedia")}
     assert {e.split for e in rows} == {guard_data._hash_split("wikipedia:Normandy raiders")}
-    # Only where gensim ships the dump (training), else no rows and no error.
+    # load_all reads the dump it is given (else gensim's, where gensim is installed).
     assert [e for e in guard_data.load_all(wikipedia=dump) if e.source == "wikipedia"] == rows
