@@ -39,6 +39,7 @@ Procedure (every choice is made on train + validation; the test split is only re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import hashlib
 import itertools
@@ -660,6 +661,23 @@ def _threshold_for(scores: np.ndarray, rate: float) -> float:
     ordered = np.sort(scores)[::-1]
     allowed = int(np.floor(rate * len(ordered)))
     return float(ordered[allowed]) + 1e-6 if allowed < len(ordered) else 0.5
+
+
+def with_validation_injections(examples: Sequence[Example]) -> list[Example]:
+    """``examples`` plus a training copy of each validation row of the injection datasets
+    (injections and their benign prompts; ``--fit-validation-injections``).
+
+    The threshold rule reads only the validation paragraphs of real prose, which stay held
+    out, so the usual last step of a recipe chosen on validation, a refit on train and
+    validation, needs no other held-out data. The validation rows stay in the validation
+    split as well: the recall printed on them is then in-sample, and only the test report
+    judges the refit."""
+    copies = [
+        dataclasses.replace(e, split="train")
+        for e in examples
+        if e.split == "val" and e.source in INJECTION_SOURCES
+    ]
+    return [*examples, *copies]
 
 
 def evaluation_rows(examples: Sequence[Example], split: str, plant_share: float) -> list[Example]:
@@ -1284,6 +1302,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.5,
         help="share of injection texts also planted inside real paragraphs",
     )
+    parser.add_argument(
+        "--fit-validation-injections",
+        action="store_true",
+        help="stage 2 also learns from the injection datasets' validation rows (a refit of a "
+        "recipe chosen on validation); the threshold still comes from the held-out "
+        "validation prose, and validation recall is then in-sample",
+    )
     parser.add_argument("--loso", action="store_true", help="also leave each source out")
     parser.add_argument(
         "--stage2-cached-only",
@@ -1313,6 +1338,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--tune-layers replaces the main stage 2: leave out --knn-prototypes")
 
     examples = load_all(overlays=args.with_overlays)
+    if args.fit_validation_injections:
+        examples = with_validation_injections(examples)
     cache = VectorCache(args.cache)
     if args.loso_only:
         result = leave_one_source_out(examples, cache, args)
