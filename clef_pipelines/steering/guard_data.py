@@ -276,18 +276,22 @@ def wikipedia_articles(dump: Path) -> dict[str, list[str]]:
     import xml.etree.ElementTree as ET
 
     articles: dict[str, list[str]] = {}
-    with bz2.open(dump) as fh:
-        for _, node in ET.iterparse(fh):
-            if node.tag.rsplit("}", 1)[-1] != "page":
-                continue
-            title = node.findtext("{*}title") or ""
-            text = node.findtext("{*}revision/{*}text") or ""
-            redirect = node.find("{*}redirect") is not None or text.lstrip().lower().startswith(
-                "#redirect"
-            )
-            if node.findtext("{*}ns") == "0" and not redirect:
-                articles[title] = _wiki_paragraphs(text)
-            node.clear()
+    try:
+        with bz2.open(dump) as fh:
+            for _, node in ET.iterparse(fh):
+                if node.tag.rsplit("}", 1)[-1] != "page":
+                    continue
+                title = node.findtext("{*}title") or ""
+                text = node.findtext("{*}revision/{*}text") or ""
+                redirect = node.find("{*}redirect") is not None or (
+                    text.lstrip().lower().startswith("#redirect")
+                )
+                if node.findtext("{*}ns") == "0" and not redirect:
+                    articles[title] = _wiki_paragraphs(text)
+                node.clear()
+    except (OSError, EOFError, ET.ParseError) as exc:
+        # bz2 and the XML parser name neither the file nor what it should hold.
+        raise ValueError(f"{dump}: not a readable MediaWiki XML dump (.bz2): {exc}") from exc
     return articles
 
 

@@ -279,3 +279,17 @@ def test_wikipedia_sample_gives_each_article_s_running_prose_only(tmp_path) -> N
     assert {e.split for e in rows} == {guard_data._hash_split("wikipedia:Normandy raiders")}
     # load_all reads the dump it is given (else gensim's, where gensim is installed).
     assert [e for e in guard_data.load_all(wikipedia=dump) if e.source == "wikipedia"] == rows
+
+
+@pytest.mark.parametrize(
+    "content", [b"not bz2 at all", "bz2:<mediawiki><page><title>Cut off"], ids=["bz2", "xml"]
+)
+def test_a_broken_wikipedia_dump_is_refused_by_its_file_name(tmp_path, content) -> None:  # type: ignore[no-untyped-def]
+    import bz2
+
+    dump = tmp_path / "broken.xml.bz2"
+    if isinstance(content, str):  # valid bz2 holding XML cut off mid-page
+        content = bz2.compress(content.removeprefix("bz2:").encode())
+    dump.write_bytes(content)
+    with pytest.raises(ValueError, match=r"broken\.xml\.bz2: not a readable MediaWiki XML dump"):
+        guard_data.wikipedia_articles(dump)
