@@ -786,6 +786,14 @@ def fit_knn_stage(
     _, model.knn_k, model.knn_weight, model.threshold, model.knn_min_positive = best
 
 
+def stage_masks(sources: np.ndarray, prefix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two masks of ``training_windows``' rows: the main windows of the stage-2-only sources
+    (a sample of them reaches stage 2), and the windows stage 1 is fitted on (neither those
+    sources nor prefix windows, which have a stage of their own)."""
+    only = np.isin(sources, STAGE2_ONLY_SOURCES)
+    return only & ~prefix, ~only & ~prefix
+
+
 def stage2_candidates(
     windows: Sequence[str],
     stage1_logits: np.ndarray,
@@ -814,8 +822,7 @@ def train_cascade(
     )
     print(f"training on {len(windows)} windows ({int(labels.sum())} injection)", file=sys.stderr)
     source_of = np.array(sources)
-    stage2_only = np.isin(source_of, STAGE2_ONLY_SOURCES) & ~prefix
-    for_stage1 = ~np.isin(source_of, STAGE2_ONLY_SOURCES) & ~prefix
+    stage2_only, for_stage1 = stage_masks(source_of, prefix)
     w1, b1 = fit_stage1(
         [w for w, keep in zip(windows, for_stage1, strict=True) if keep],
         labels[for_stage1],

@@ -70,8 +70,7 @@ def stage2_training_set(model: Any, examples: Sequence[Any], args: Any) -> dict[
         examples, args.stage1_c, args.plant_share
     )
     source_of = np.array(sources)
-    stage2_only = np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
-    for_stage1 = ~np.isin(source_of, gt.STAGE2_ONLY_SOURCES) & ~prefix
+    stage2_only, for_stage1 = gt.stage_masks(source_of, prefix)
     logits = gt.stage1_matrix(windows) @ model.w1 + model.b1
     seen = gt.stage2_candidates(
         windows,
