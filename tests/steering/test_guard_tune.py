@@ -296,9 +296,10 @@ def test_a_refit_learns_the_injection_datasets_validation_rows_but_not_the_prose
 
 
 def test_tuned_stage_2_trains_on_gated_windows_and_a_capped_sample_of_help_text() -> None:
-    """``stage2_training_set``: the windows of training texts at or over the committed gate
-    less the margin, no prefix window, at most ``--stage2-only-windows`` of the stage-2-only
-    help text, and every window's label from the text it comes from."""
+    """``stage2_training_set``: the windows of training texts at or over the gate less the
+    margin, exactly ``--stage2-only-windows`` of the stage-2-only help text when more pass,
+    and every window's label from the text it comes from. The gate is set here, under every
+    help window, so the test does not hang on the committed weights' gate."""
     import argparse
 
     from clef_pipelines.steering.guard import text_windows
@@ -324,6 +325,8 @@ def test_tuned_stage_2_trains_on_gated_windows_and_a_capped_sample_of_help_text(
         + [Example(t, 0, "scifact", "train") for t in prose]
     )
     model = gt.Trained.from_file(WEIGHTS_PATH)
+    help_windows = {w for t in help_text for w in text_windows(t, gt.WINDOW_WORDS)}
+    model.gate_logit = float((gt.stage1_matrix(sorted(help_windows)) @ model.w1 + model.b1).min())
     args = argparse.Namespace(
         stage1_c=1.0,
         plant_share=0.0,
@@ -336,8 +339,8 @@ def test_tuned_stage_2_trains_on_gated_windows_and_a_capped_sample_of_help_text(
     assert len(train["texts"]) == len(train["labels"]) == len(train["oof"])
     logits = gt.stage1_matrix(train["texts"]) @ model.w1 + model.b1
     assert (logits >= model.gate_logit - args.stage2_margin).all()
-    help_windows = {w for t in help_text for w in text_windows(t, gt.WINDOW_WORDS)}
-    assert 0 < sum(t in help_windows for t in train["texts"]) <= 2
+    assert len(help_windows) > 2
+    assert sum(t in help_windows for t in train["texts"]) == 2
     assert set(train["sources"]) <= {"slabs", "helpdocs", "scifact"}
     for text, label in zip(train["texts"], train["labels"], strict=True):
         assert label == (text not in help_windows and not text.startswith("The enzyme"))
