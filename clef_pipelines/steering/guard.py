@@ -17,7 +17,9 @@ short windows of whole sentences and scored in two stages:
 
 A paragraph's score is the highest score of its windows (each sentence, each adjacent pair,
 the whole text when short; see ``text_windows``), so one planted sentence inside an otherwise
-clean paragraph still lifts it, undiluted by the prose around it. Weights v5 on add
+clean paragraph still lifts it, undiluted by the prose around it. When an encoding hides part
+of the text (escapes, percent codes, base64, look-alike letters; ``deobfuscate``), the windows
+of its decoded reading count too (``main_windows``). Weights v5 on add
 sentence-prefix windows (``prefix_windows``) with a gate and a stage 2 of their own, for an
 instruction without a full stop glued to the sentence after it. Weights may also add to the
 main stage 2's logit a nearest-prototype margin (``knn_margin``: how much closer a window's
@@ -43,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from clef_pipelines.chunking.sentences import split_sentences
+from clef_pipelines.steering.deobfuscate import deobfuscated
 from clef_pipelines.steering.guard_encoder import TUNED_PREFIX
 
 WEIGHTS_PATH = Path(__file__).with_name("guard_weights.npz")
@@ -121,6 +124,17 @@ def text_windows(text: str, window_words: int) -> list[str]:
     if len(units) > 2 and sum(u.count(" ") + 1 for u in units) <= window_words:
         windows.append(" ".join(units))
     return list(dict.fromkeys(windows))
+
+
+def main_windows(text: str, window_words: int, decode: bool = True) -> list[str]:
+    """``text_windows`` of the text and, when ``decode`` and an encoding hides part of it
+    (``deobfuscate.deobfuscated``: escapes, percent codes, base64, look-alike letters), of its
+    decoded reading too: a text scores as the worse of its two readings."""
+    windows = text_windows(text, window_words)
+    decoded = deobfuscated(text) if decode else None
+    if decoded is None:
+        return windows
+    return list(dict.fromkeys(windows + text_windows(decoded, window_words)))
 
 
 def prefix_windows(text: str, sizes: Sequence[int]) -> list[str]:
@@ -241,7 +255,8 @@ class InjectionGuard:
 
     def __init__(self, arrays: dict[str, np.ndarray], meta: dict, version: str) -> None:
         self.meta = meta
-        self.version = version
+        #: The weights file's name and hash; ``version`` adds how texts are read.
+        self.weights_version = version
         #: Default quarantine threshold on ``score``, tuned on validation data (see meta).
         self.threshold = float(meta["threshold"])
         self.window_words = int(meta["window_words"])
@@ -284,6 +299,9 @@ class InjectionGuard:
         self._tuned_arrays = {k: v for k, v in arrays.items() if k.startswith(TUNED_PREFIX)}
         self._encoder = None
         self._encoder_lock = threading.Lock()
+        #: Also score each text's decoded reading (``main_windows``); off only to measure
+        #: what decoding adds (``bench/bench_guard_obfuscation.py``).
+        self.decode = True
         # Stage-1 scores of settled windows are squeezed below this, so that they can never
         # reach the threshold however the threshold is moved above it.
         self._settled_ceiling = min(
@@ -292,6 +310,13 @@ class InjectionGuard:
         )
         self.windows_scored = 0
         self.windows_embedded = 0
+
+    @property
+    def version(self) -> str:
+        """Names exactly what scored a text: the weights, and ``+decoded`` when each text's
+        decoded reading is scored too (``main_windows``). Cached scores are keyed by it, so
+        scores from before decoding are not reused for it."""
+        return self.weights_version + ("+decoded" if self.decode else "")
 
     @classmethod
     def from_file(cls, path: Path) -> InjectionGuard:
@@ -317,7 +342,9 @@ class InjectionGuard:
         """MiniLM with this guard's tuned top layers (``GuardEncoder``), built once."""
         with self._encoder_lock:
             if self._encoder is None:
-                self._encoder = tuned_encoder(self._tuned_arrays, self.tuned_layers, self.version)
+                self._encoder = tuned_encoder(
+                    self._tuned_arrays, self.tuned_layers, self.weights_version
+                )
             return self._encoder
 
     def vectors(self, windows: Sequence[str], prefix: np.ndarray) -> np.ndarray:
@@ -367,9 +394,9 @@ class InjectionGuard:
         return _sigmoid(logit)
 
     def windows(self, text: str) -> tuple[list[str], np.ndarray]:
-        """A text's windows (``text_windows``, then ``prefix_windows`` when the weights have a
+        """A text's windows (``main_windows``, then ``prefix_windows`` when the weights have a
         prefix stage) and a mask of the prefix ones."""
-        main = text_windows(text, self.window_words)
+        main = main_windows(text, self.window_words, self.decode)
         prefixes = prefix_windows(text, self.prefix_words) if self.prefix_words else []
         return main + prefixes, np.array([False] * len(main) + [True] * len(prefixes))
 
@@ -391,8 +418,8 @@ class InjectionGuard:
         (their own gate and stage 2); default none."""
         if embed is not None and self.tuned_layers:
             raise GuardError(
-                f"{self.version} has tuned MiniLM layers: cached MiniLM vectors cannot stand in "
-                "for them (score without embed)"
+                f"{self.weights_version} has tuned MiniLM layers: cached MiniLM vectors cannot "
+                "stand in for them (score without embed)"
             )
         logits = self.stage1_logits(windows)
         scores = np.minimum(_sigmoid(logits), self._settled_ceiling)

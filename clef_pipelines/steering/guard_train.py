@@ -57,6 +57,7 @@ from clef_pipelines.steering.guard import (
     guard_units,
     hashed_features,
     knn_margin,
+    main_windows,
     prefix_windows,
     text_windows,
 )
@@ -142,14 +143,15 @@ def _hash_unit(key: str) -> float:
 
 
 def windows_of(
-    examples: Sequence[Example], prefix_words: Sequence[int] = ()
+    examples: Sequence[Example], prefix_words: Sequence[int] = (), decode: bool = True
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Every window of every example (as the guard scores them: ``text_windows``, then
+    """Every window of every example (as the guard scores them: ``main_windows``, then
     ``prefix_windows`` of ``prefix_words``), the index of its example, and a mask of the
-    prefix windows (they have a gate of their own)."""
+    prefix windows (they have a gate of their own). ``decode=False``: the texts as written
+    only, which is what every committed weights file was trained on."""
     texts, owner, prefix = [], [], []
     for i, e in enumerate(examples):
-        main = text_windows(e.text, WINDOW_WORDS)
+        main = main_windows(e.text, WINDOW_WORDS, decode)
         extra = prefix_windows(e.text, prefix_words) if prefix_words else []
         texts += main + extra
         owner += [i] * (len(main) + len(extra))
@@ -218,7 +220,7 @@ def training_windows(
     rows = [e for e in examples if e.split == "train"]
     texts, labels, weights, groups, sources, prefix = [], [], [], [], [], []
     benign = [e for e in rows if e.label == 0]
-    benign_windows, benign_owner, benign_prefix = windows_of(benign, prefix_words)
+    benign_windows, benign_owner, benign_prefix = windows_of(benign, prefix_words, decode=False)
     for w, owner_of, is_prefix in zip(benign_windows, benign_owner, benign_prefix, strict=True):
         texts.append(w)
         labels.append(0)
@@ -239,7 +241,7 @@ def training_windows(
         np.ones(len(stage1_benign) + len(attacks)),
         stage1_c,
     )
-    attack_windows, owner, _ = windows_of(attacks)
+    attack_windows, owner, _ = windows_of(attacks, decode=False)
     logits = stage1_matrix(attack_windows) @ w1 + b1
     for i in range(len(attacks)):
         mine = np.flatnonzero(owner == i)

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clef_pipelines.steering.deobfuscate import deobfuscated
+
 #: A document is left to Clef when its most likely language is not wanted, gets at least
 #: OTHER_AT, and every wanted language gets less than WANTED_BELOW.
 OTHER_AT = 0.5
@@ -84,7 +86,10 @@ def check_codes(wanted: Sequence[str]) -> None:
 def language_of(text: str, wanted: Sequence[str]) -> DocumentLanguage:
     """The language of one text, and whether the guard judges it: always, unless the text is
     surely written in a natural language outside `wanted`."""
-    probabilities = _identify(text[:SAMPLE_CHARS])
+    sample = text[:SAMPLE_CHARS]
+    # An English instruction written in fullwidth or look-alike letters is English: identify
+    # the reading the guard decodes too (``deobfuscate``), so encoding cannot pass as a language.
+    probabilities = _identify(deobfuscated(sample) or sample)
     top = max(probabilities, key=probabilities.__getitem__)
     other = (
         top not in wanted

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -175,6 +176,24 @@ def test_knn_margin_lifts_only_text_near_an_injection() -> None:
     vectors = np.array([near, between, clean], dtype=np.float32)
     assert np.allclose(knn_margin(vectors, positive, negative, 1), [1.0, 0.6, -0.8])
     assert np.allclose(knn_margin(vectors, positive, negative, 1, 0.7), [1.0, 0.0, -0.8])
+
+
+@pytest.mark.parametrize(
+    "encode", [lambda t: t.replace(" ", "\\x20"), quote], ids=["escaped spaces", "percent"]
+)
+def test_an_encoded_injection_is_read_decoded(guard: InjectionGuard, encode) -> None:  # type: ignore[no-untyped-def]
+    """Written in codes, these two injections score under the threshold as they stand; the
+    guard also scores their decoded reading (``steering.deobfuscate``) and catches them."""
+    encoded = [encode(INJECTIONS[0]), encode(INDIRECT)]
+    guard.decode = False
+    try:
+        as_written = guard.score(encoded)
+    finally:
+        guard.decode = True
+    assert np.all(as_written < guard.threshold), as_written
+    assert np.all(guard.score(encoded) >= guard.threshold)
+    clean = f"{BENIGN[2]} The guide is at https://example.org/docs/key%20rotation%20guide."
+    assert guard.score([clean])[0] < guard.threshold
 
 
 def test_planted_instruction_inside_a_clean_paragraph(guard: InjectionGuard) -> None:

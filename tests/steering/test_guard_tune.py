@@ -168,7 +168,9 @@ def test_incomplete_tuned_layers_fail_with_the_weights_named(tmp_path: Path) -> 
     broken = tmp_path / "broken.npz"
     np.savez_compressed(broken, **arrays)
     guard = InjectionGuard.from_file(broken)
-    with pytest.raises(GuardError, match=f"tuned MiniLM layers \\({guard.version}\\).*lack"):
+    with pytest.raises(
+        GuardError, match=f"tuned MiniLM layers \\({guard.weights_version}\\).*lack"
+    ):
         guard.score([TEXTS[0]])
 
 
