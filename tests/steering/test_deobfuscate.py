@@ -6,6 +6,8 @@ import base64
 import hashlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clef_pipelines.steering.deobfuscate import deobfuscated
 from clef_pipelines.steering.guard import main_windows, text_windows
@@ -62,3 +64,10 @@ def test_main_windows_add_the_decoded_reading_only_when_there_is_one() -> None:
     assert main_windows("Read the guide. Then run it.", 48) == text_windows(
         "Read the guide. Then run it.", 48
     )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=200))
+def test_any_text_decodes_without_error(text: str) -> None:
+    decoded = deobfuscated(text)
+    assert decoded is None or (isinstance(decoded, str) and decoded.split() != text.split())
