@@ -14,7 +14,8 @@
 2. Cost: the first ``--docs`` SciFact abstracts are parsed and chunked as ingest does
    (``parse_document`` + ``chunk_blocks`` with the default chunking settings); we time MiniLM
    embedding of the chunks' ``embed_text`` and the guard over the screened paragraphs, both
-   after a warm-up so that neither pays a model load.
+   after a warm-up so that neither pays a model load; then the guard again without the decoded
+   reading of encoded text (``InjectionGuard.decode``), and the decoding alone.
 
 3. ``--demo``: every screened block (paragraph, list item, table, quote) of the demo corpus
    ``data/corpus``, parsed as ingest does, scored with live MiniLM: how many are quarantined
@@ -242,6 +243,7 @@ def scifact_cost(guard, n_docs: int) -> str:  # type: ignore[no-untyped-def]
     from clef_pipelines.embedding.minilm import MiniLMEmbedder
     from clef_pipelines.parsing.loaders import iter_source_entries
     from clef_pipelines.parsing.parse import parse_document
+    from clef_pipelines.steering.deobfuscate import deobfuscated
 
     source = SourceConfig(name="scifact", path=str(SCIFACT))
     parsing, chunking = ParsingConfig(), ChunkingConfig()
@@ -261,20 +263,31 @@ def scifact_cost(guard, n_docs: int) -> str:  # type: ignore[no-untyped-def]
     started = time.perf_counter()
     embedder.embed(chunks)
     embed_s = time.perf_counter() - started
+    # The guard as it reads texts, then without their decoded reading (``deobfuscate``), and
+    # the decoding alone: what reading encoded text decoded costs on real prose.
+    guard.decode = False
+    started = time.perf_counter()
+    guard.score(paragraphs)
+    plain_s = time.perf_counter() - started
+    guard.decode = True
     embedded_before, scored_before = guard.windows_embedded, guard.windows_scored
     started = time.perf_counter()
     guard.score(paragraphs)
     guard_s = time.perf_counter() - started
     windows = guard.windows_scored - scored_before
     to_minilm = guard.windows_embedded - embedded_before
+    started = time.perf_counter()
+    decoded = sum(deobfuscated(p) is not None for p in paragraphs)
+    decode_s = time.perf_counter() - started
     return "\n".join(
         [
             "| SciFact abstracts | paragraphs | chunks | MiniLM chunk embedding s | guard s | "
-            "guard paragraphs/s | windows to MiniLM | guard / embedding |",
-            "|---|---|---|---|---|---|---|---|",
+            "guard paragraphs/s | windows to MiniLM | guard / embedding | guard s, decoding "
+            "off | decoding alone s (paragraphs changed) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
             f"| {n_docs} | {len(paragraphs)} | {len(chunks)} | {embed_s:.1f} | {guard_s:.2f} | "
             f"{len(paragraphs) / guard_s:.0f} | {to_minilm} of {windows} | "
-            f"{100 * guard_s / embed_s:.1f}% |",
+            f"{100 * guard_s / embed_s:.1f}% | {plain_s:.2f} | {decode_s:.3f} ({decoded}) |",
         ]
     )
 
