@@ -15,7 +15,7 @@
    (``parse_document`` + ``chunk_blocks`` with the default chunking settings); we time MiniLM
    embedding of the chunks' ``embed_text`` and the guard over the screened paragraphs, both
    after a warm-up so that neither pays a model load; then the guard again without the decoded
-   reading of encoded text (``InjectionGuard.decode``), and the decoding alone.
+   reading of encoded text (``InjectionGuard.score(decode=False)``), and the decoding alone.
 
 3. ``--demo``: every screened block (paragraph, list item, table, quote) of the demo corpus
    ``data/corpus``, parsed as ingest does, scored with live MiniLM: how many are quarantined
@@ -265,11 +265,9 @@ def scifact_cost(guard, n_docs: int) -> str:  # type: ignore[no-untyped-def]
     embed_s = time.perf_counter() - started
     # The guard as it reads texts, then without their decoded reading (``deobfuscate``), and
     # the decoding alone: what reading encoded text decoded costs on real prose.
-    guard.decode = False
     started = time.perf_counter()
-    guard.score(paragraphs)
+    guard.score(paragraphs, decode=False)
     plain_s = time.perf_counter() - started
-    guard.decode = True
     embedded_before, scored_before = guard.windows_embedded, guard.windows_scored
     started = time.perf_counter()
     guard.score(paragraphs)

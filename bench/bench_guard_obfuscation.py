@@ -4,8 +4,8 @@
         [--weights FILE] [--sample 300] [--splits test val]
 
 The guard scores each text's decoded reading next to its own (``steering.deobfuscate``,
-``guard.main_windows``). Two tables, each with decoding off (``InjectionGuard.decode``) and
-on, with the weights' own threshold:
+``guard.main_windows``). Two tables, each with decoding off
+(``InjectionGuard.score(decode=False)``) and on, with the weights' own threshold:
 
 1. Encoded injections: a fixed sample (by text hash) of the split's standalone injections
    (every injection source, planted pairs left out), those the guard catches as written, each
@@ -74,11 +74,7 @@ def _bold(c: str) -> str:
 
 
 def flagged(guard: InjectionGuard, texts: list[str], decode: bool) -> np.ndarray:
-    guard.decode = decode
-    try:
-        return guard.score(texts) >= guard.threshold
-    finally:
-        guard.decode = True
+    return guard.score(texts, decode=decode) >= guard.threshold
 
 
 def encoded_table(guard: InjectionGuard, rows, sample: int) -> str:  # type: ignore[no-untyped-def]
@@ -128,6 +124,8 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=300)
     parser.add_argument("--splits", nargs="+", default=["test"], choices=("val", "test"))
     args = parser.parse_args()
+    if args.sample < 1:
+        parser.error(f"--sample must be at least 1, not {args.sample}")
     guard = InjectionGuard.from_file(args.weights) if args.weights else InjectionGuard.load()
     examples = load_all()
     for split in args.splits:

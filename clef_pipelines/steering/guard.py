@@ -299,9 +299,6 @@ class InjectionGuard:
         self._tuned_arrays = {k: v for k, v in arrays.items() if k.startswith(TUNED_PREFIX)}
         self._encoder = None
         self._encoder_lock = threading.Lock()
-        #: Also score each text's decoded reading (``main_windows``); off only to measure
-        #: what decoding adds (``bench/bench_guard_obfuscation.py``).
-        self.decode = True
         # Stage-1 scores of settled windows are squeezed below this, so that they can never
         # reach the threshold however the threshold is moved above it.
         self._settled_ceiling = min(
@@ -313,10 +310,10 @@ class InjectionGuard:
 
     @property
     def version(self) -> str:
-        """Names exactly what scored a text: the weights, and ``+decoded`` when each text's
-        decoded reading is scored too (``main_windows``). Cached scores are keyed by it, so
-        scores from before decoding are not reused for it."""
-        return self.weights_version + ("+decoded" if self.decode else "")
+        """Names exactly what scores a text: the weights, and ``+decoded``: each text's decoded
+        reading is scored too (``main_windows``). Cached scores are keyed by it, so scores from
+        before decoding are not reused."""
+        return self.weights_version + "+decoded"
 
     @classmethod
     def from_file(cls, path: Path) -> InjectionGuard:
@@ -393,10 +390,11 @@ class InjectionGuard:
             )
         return _sigmoid(logit)
 
-    def windows(self, text: str) -> tuple[list[str], np.ndarray]:
+    def windows(self, text: str, decode: bool = True) -> tuple[list[str], np.ndarray]:
         """A text's windows (``main_windows``, then ``prefix_windows`` when the weights have a
-        prefix stage) and a mask of the prefix ones."""
-        main = main_windows(text, self.window_words, self.decode)
+        prefix stage) and a mask of the prefix ones. ``decode=False`` leaves out the decoded
+        reading, only to measure what it adds (``bench/bench_guard_obfuscation.py``)."""
+        main = main_windows(text, self.window_words, decode)
         prefixes = prefix_windows(text, self.prefix_words) if self.prefix_words else []
         return main + prefixes, np.array([False] * len(main) + [True] * len(prefixes))
 
@@ -443,13 +441,16 @@ class InjectionGuard:
         self.windows_scored += len(windows)
         return scores
 
-    def score(self, texts: Sequence[str], embed: Embed | None = None) -> np.ndarray:
-        """P(injection) per text, in [0, 1]: the highest score among the text's windows."""
+    def score(
+        self, texts: Sequence[str], embed: Embed | None = None, decode: bool = True
+    ) -> np.ndarray:
+        """P(injection) per text, in [0, 1]: the highest score among the text's windows
+        (``decode``: as ``windows``)."""
         owner: list[int] = []
         windows: list[str] = []
         prefix: list[np.ndarray] = []
         for i, text in enumerate(texts):
-            mine, is_prefix = self.windows(text or "")
+            mine, is_prefix = self.windows(text or "", decode)
             windows += mine
             owner += [i] * len(mine)
             prefix.append(is_prefix)

@@ -185,11 +185,7 @@ def test_an_encoded_injection_is_read_decoded(guard: InjectionGuard, encode) -> 
     """Written in codes, these two injections score under the threshold as they stand; the
     guard also scores their decoded reading (``steering.deobfuscate``) and catches them."""
     encoded = [encode(INJECTIONS[0]), encode(INDIRECT)]
-    guard.decode = False
-    try:
-        as_written = guard.score(encoded)
-    finally:
-        guard.decode = True
+    as_written = guard.score(encoded, decode=False)
     assert np.all(as_written < guard.threshold), as_written
     assert np.all(guard.score(encoded) >= guard.threshold)
     clean = f"{BENIGN[2]} The guide is at https://example.org/docs/key%20rotation%20guide."
