@@ -2,6 +2,7 @@
 and the chunk enrichment, and SciFact ingest wall time with the offline guard on vs off.
 
     .venv/bin/python bench/bench_steering.py [--paragraphs 1000] [--guard-docs 300] [--skip-guard]
+        [--guard-change]
 
 Part 1 runs the core stages (parse, screen, chunk, enrich) over N real paragraphs (half SQuAD
 2.0 paragraphs, half SciFact abstracts, one document each) against the fake System One server
@@ -11,6 +12,8 @@ options), twice: with the client's estimate and with the Qwen3.5 tokenizer (exac
 paragraphs' own tokens with the same counter each time.
 Part 2 ingests the first M SciFact abstracts through the Dagster job (MiniLM embedder,
 LanceDB, Clef off) twice in fresh folders, guard off then on, and reports wall times.
+With --guard-change, part 3 times a rerun of that ingest after a guard change (other weights):
+against a first ingest and an unchanged rerun, with what it re-screened and re-embedded.
 Prints markdown tables.
 """
 
@@ -359,47 +362,57 @@ def _breakdown_rows(
     BREAKDOWN.append("")
 
 
-def bench_guard(docs: int) -> list[str]:
+def _scifact_head(root: Path, docs: int) -> Path:
+    corpus = root / "scifact.jsonl"
+    with (DATA / "scifact" / "corpus.jsonl").open() as src, corpus.open("w") as dst:
+        for i, line in enumerate(src):
+            if i >= docs:
+                break
+            dst.write(line)
+    return corpus
+
+
+def _timed_ingest(folder: Path, corpus: Path, guard: dict[str, Any]) -> tuple[float, Any]:
+    """One ingest of ``corpus`` into ``folder`` (MiniLM, Clef off), its wall time and report."""
     from clef_pipelines.config import load_settings
     from clef_pipelines.jobs.launch import run_ingestion
 
+    folder.mkdir(exist_ok=True)
+    cfg = folder / "bench.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "data_dir": str(folder / "state"),
+                "collection": "scifact",
+                "sources": [{"name": "scifact", "path": str(corpus), "kind": "jsonl"}],
+                "embedder": {"kind": "minilm"},
+                "clef": {"backend": "off"},
+                "steering": {"guard": guard},
+            }
+        )
+    )
+    os.environ["DAGSTER_HOME"] = str(folder / "dagster")
+    settings = load_settings(cfg)
+    started = time.perf_counter()
+    (report,) = run_ingestion(settings, ["scifact"], config_path=str(cfg))
+    elapsed = time.perf_counter() - started
+    if not report.success:
+        raise SystemExit(f"ingest failed: {report.error}")
+    return elapsed, report
+
+
+def bench_guard(docs: int) -> list[str]:
     rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-guard-") as tmp:
         root = Path(tmp)
-        corpus = root / "scifact.jsonl"
-        with (DATA / "scifact" / "corpus.jsonl").open() as src, corpus.open("w") as dst:
-            for i, line in enumerate(src):
-                if i >= docs:
-                    break
-                dst.write(line)
+        corpus = _scifact_head(root, docs)
         times: dict[str, float] = {}
         # Load MiniLM (and the guard) once before timing, so neither run pays the import.
         from clef_pipelines.steering.runtime import load_guard
 
         load_guard()
         for mode in ("off", "on", "off", "on"):
-            folder = root / f"{mode}-{len(times)}"
-            cfg = folder / "bench.yaml"
-            folder.mkdir()
-            cfg.write_text(
-                yaml.safe_dump(
-                    {
-                        "data_dir": str(folder / "state"),
-                        "collection": "scifact",
-                        "sources": [{"name": "scifact", "path": str(corpus), "kind": "jsonl"}],
-                        "embedder": {"kind": "minilm"},
-                        "clef": {"backend": "off"},
-                        "steering": {"guard": {"mode": mode}},
-                    }
-                )
-            )
-            os.environ["DAGSTER_HOME"] = str(folder / "dagster")
-            settings = load_settings(cfg)
-            started = time.perf_counter()
-            (report,) = run_ingestion(settings, ["scifact"], config_path=str(cfg))
-            elapsed = time.perf_counter() - started
-            if not report.success:
-                raise SystemExit(f"ingest failed: {report.error}")
+            elapsed, report = _timed_ingest(root / f"{mode}-{len(times)}", corpus, {"mode": mode})
             times[mode] = min(times.get(mode, float("inf")), elapsed)
             q = report.assets["screened_paragraphs"].get("decisions", {})
             print(f"guard {mode}: {elapsed:.1f} s, decisions {q}", file=sys.stderr)
@@ -410,11 +423,42 @@ def bench_guard(docs: int) -> list[str]:
     return rows
 
 
+def bench_guard_change(docs: int) -> list[str]:
+    """What a new guard costs an ingested collection: the same corpus ingested with the guard
+    on, run again unchanged, then run with other weights (the package's under another name, so
+    a new guard version that decides alike): every document is re-screened, and chunks whose
+    text is unchanged keep their vectors."""
+    from clef_pipelines.steering.runtime import load_guard
+    from clef_pipelines.testing.guard_weights import weights_copy
+
+    with tempfile.TemporaryDirectory(prefix="bench-guard-change-") as tmp:
+        root = Path(tmp)
+        corpus = _scifact_head(root, docs)
+        renamed = weights_copy(root / "renamed.npz", name="guard-renamed")
+        load_guard()
+        load_guard(renamed)  # both loaded before timing: the runs pay no load
+        folder = root / "collection"
+        first, _ = _timed_ingest(folder, corpus, {"mode": "on"})
+        unchanged, _ = _timed_ingest(folder, corpus, {"mode": "on"})
+        changed, report = _timed_ingest(folder, corpus, {"mode": "on", "weights": str(renamed)})
+        docs_changed = report.assets["source_documents"]["documents_changed"]
+        emb = report.assets["embeddings"]
+        return [
+            f"| {docs} SciFact abstracts | {first:.1f} s | {unchanged:.1f} s | {changed:.1f} s "
+            f"| {docs_changed} | {emb['embedded']} / {emb['reused']} |"
+        ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--paragraphs", type=int, default=1000)
     parser.add_argument("--guard-docs", type=int, default=300)
     parser.add_argument("--skip-guard", action="store_true")
+    parser.add_argument(
+        "--guard-change",
+        action="store_true",
+        help="also time a rerun after a guard change (other weights) against a first ingest",
+    )
     parser.add_argument(
         "--breakdown",
         action="store_true",
@@ -453,6 +497,15 @@ def main() -> None:
         print("| corpus | guard off | guard on | guard adds |")
         print("|---|---|---|---|")
         for row in bench_guard(args.guard_docs):
+            print(row)
+    if args.guard_change:
+        print()
+        print(
+            "| corpus | first ingest, guard on | rerun, unchanged | rerun, new guard | "
+            "documents re-screened | chunks embedded / reused |"
+        )
+        print("|---|---|---|---|---|---|")
+        for row in bench_guard_change(args.guard_docs):
             print(row)
 
 

@@ -135,15 +135,23 @@ def detector_rows(
     return rows
 
 
-def _offline_guard(_settings: Any = None) -> tuple[Callable[[list[str]], list[float]], float] | str:
+def _offline_guard(settings: Any = None) -> tuple[Callable[[list[str]], list[float]], float] | str:
+    """The guard ingestion uses: with settings, `steering.guard`'s weights and threshold."""
     try:
         from clef_pipelines.steering.guard import InjectionGuard  # type: ignore[import-not-found]
     except ImportError:
         return (
             "needs the offline injection guard (clef_pipelines.steering.guard), not in this build"
         )
-    guard = InjectionGuard.load()
-    threshold = float(getattr(guard, "threshold", 0.5))
+    from clef_pipelines.steering.runtime import load_guard
+
+    cfg = settings.steering.guard if settings is not None else None
+    guard: InjectionGuard = load_guard(
+        cfg.resolved_weights(settings.base_dir) if cfg is not None else None
+    )
+    threshold = float(
+        cfg.threshold if cfg is not None and cfg.threshold is not None else guard.threshold
+    )
     return (lambda texts: [float(p) for p in guard.score(texts)]), threshold
 
 

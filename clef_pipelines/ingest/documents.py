@@ -17,6 +17,7 @@ import polars as pl
 from clef_pipelines.clef.client import resolve_backend
 from clef_pipelines.config import Settings
 from clef_pipelines.records import PIPELINE_VERSION, sha256_hex
+from clef_pipelines.steering.runtime import guard_fingerprint
 from clef_pipelines.stores.base import VectorStore
 
 NEW, CHANGED, UNCHANGED, REPAIR, REMOVED, FAILED = (
@@ -76,6 +77,9 @@ def pipeline_fingerprint(settings: Settings, embedder_name: str) -> str:
         "steering": settings.steering.decision_fingerprint(),
         "clef": resolve_backend(settings.clef)[0],
     }
+    guard = guard_fingerprint(settings.steering, settings.base_dir)
+    if guard is not None:  # absent with the guard off: those collections keep their hashes
+        payload["guard_version"] = guard
     return sha256_hex(json.dumps(payload, sort_keys=True))[:16]
 
 

@@ -39,6 +39,15 @@ class GuardConfig(StrictModel):
     threshold: float | None = Field(
         None, ge=0, le=1, description="P(injection) that quarantines; None: the model's own."
     )
+    weights: str | None = Field(
+        None,
+        description=(
+            "A weights file written by `python -m clef_pipelines.steering.guard_train` "
+            "(steering/GUARD_WEIGHTS.md gives the recipes), relative to the config file; None: "
+            "the weights shipped in the package. Other weights re-screen every document on the "
+            "next run."
+        ),
+    )
     languages: list[str] | None = Field(
         None,
         min_length=1,
@@ -57,6 +66,14 @@ class GuardConfig(StrictModel):
         if bad:
             raise ValueError(f"language codes are ISO 639-1 like 'en' or 'de', got {bad}")
         return v
+
+    def resolved_weights(self, base_dir: str | Path = ".") -> Path | None:
+        """The configured weights file as a path (relative to ``base_dir``); None: the
+        package's own."""
+        if not self.weights:
+            return None
+        p = Path(self.weights).expanduser()
+        return p if p.is_absolute() else (Path(base_dir) / p).resolve()
 
 
 class ScreenConfig(StrictModel):

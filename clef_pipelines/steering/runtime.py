@@ -162,13 +162,15 @@ class Steering:
             return None
         if self._guard is None and self._guard_error is None:
             try:
-                self._guard = load_guard()
+                self._guard = load_guard(self.cfg.guard.resolved_weights(self.base_dir))
             except ModuleNotFoundError as exc:
                 if exc.name != "clef_pipelines.steering.guard":
                     raise GuardUnavailable(f"the injection guard cannot load: {exc}") from exc
                 # A build without the guard module: reported by the screen, never silent.
                 self._guard_error = f"{type(exc).__name__}: {exc}"
                 log.warning("injection guard unavailable: %s", self._guard_error)
+            except GuardUnavailable:
+                raise
             except Exception as exc:
                 raise GuardUnavailable(
                     f"the injection guard cannot load ({type(exc).__name__}: {exc}); install "
@@ -215,16 +217,37 @@ class Steering:
         self.cache = self.guard_cache = None
 
 
+def guard_fingerprint(cfg: SteeringConfig, base_dir: str | Path = ".") -> str | None:
+    """What the guard's decisions hang on besides config: its weights and how it reads a text
+    (``InjectionGuard.version``); None with the guard off. It is part of every document's hash,
+    so a new guard (other weights, or an upgrade of the package's) re-screens each document on
+    the next run: the guard scores it again, and chunks whose text is unchanged keep their
+    vectors."""
+    if cfg.guard.mode == "off":
+        return None
+    try:
+        return str(load_guard(cfg.guard.resolved_weights(base_dir)).version)
+    except ModuleNotFoundError as exc:
+        if exc.name != "clef_pipelines.steering.guard":
+            raise
+        # A build without the guard: the screen reports it; a later guard re-screens.
+        return "unavailable"
+
+
 _GUARD_LOCK = threading.Lock()
-_GUARD: Any = None
+#: Guards loaded in this process, by weights file ("" for the package's own).
+_GUARDS: dict[str, InjectionGuard] = {}
 
 
-def load_guard() -> InjectionGuard:
-    """The shipped guard, loaded once per process (MiniLM plus a small classifier)."""
-    global _GUARD
+def load_guard(weights: Path | None = None) -> InjectionGuard:
+    """A guard (MiniLM plus a small classifier), loaded once per process and weights file:
+    ``weights`` (``steering.guard.weights``) or, by default, the package's own."""
+    if weights is not None and not weights.is_file():
+        raise GuardUnavailable(f"steering.guard.weights: no weights file at {weights}")
+    key = str(weights or "")
     with _GUARD_LOCK:
-        if _GUARD is None:
+        if key not in _GUARDS:
             from clef_pipelines.steering.guard import InjectionGuard
 
-            _GUARD = InjectionGuard.load()
-        return _GUARD
+            _GUARDS[key] = InjectionGuard.from_file(weights) if weights else InjectionGuard.load()
+        return _GUARDS[key]
