@@ -36,6 +36,7 @@ def _main(
 from clef_pipelines.cli import api_cmds as _api_cmds  # noqa: E402,F401
 from clef_pipelines.cli import clef_cmds as _clef_cmds  # noqa: E402,F401
 from clef_pipelines.cli import eval_cmds as _eval_cmds  # noqa: E402,F401
+from clef_pipelines.cli import guard_cmds as _guard_cmds  # noqa: E402,F401
 from clef_pipelines.cli import ingest_cmds as _ingest_cmds  # noqa: E402,F401
 from clef_pipelines.cli import query_cmds as _query_cmds  # noqa: E402,F401
 from clef_pipelines.cli import steering_cmds as _steering_cmds  # noqa: E402,F401

@@ -441,6 +441,15 @@ class InjectionGuard:
         self.windows_scored += len(windows)
         return scores
 
+    def explain(self, text: str) -> list[tuple[str, float]]:
+        """A text's windows with their P(injection), highest first: the first decided
+        ``score`` (a decoded reading's window shows the decoded words). Ties (clear prose
+        settled by stage 1 often ties) put the longest window first, the most telling."""
+        windows, prefix = self.windows(text or "")
+        scores = self.score_windows(windows, prefix=prefix) if windows else np.zeros(0)
+        order = sorted(range(len(windows)), key=lambda i: (-scores[i], -len(windows[i])))
+        return [(windows[i], float(scores[i])) for i in order]
+
     def score(
         self, texts: Sequence[str], embed: Embed | None = None, decode: bool = True
     ) -> np.ndarray:

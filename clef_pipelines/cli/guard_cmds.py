@@ -1,0 +1,70 @@
+"""`guard`: what the offline injection guard makes of files or texts, without ingesting them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
+from clef_pipelines.cli.main import app
+
+#: The deciding window is shown up to this many characters.
+_SHOWN = 160
+
+
+@app.command("guard")
+def guard_command(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Files to judge, parsed as ingestion parses them.")
+    ] = None,
+    text: Annotated[
+        list[str] | None, typer.Option("--text", "-t", help="A text judged as one paragraph.")
+    ] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="List every judged block, not only quarantined ones.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Judge files' screenable blocks (or --text) with the configured offline guard and
+    threshold, and show for each quarantined one its P(injection) and the window that decided
+    it. Exits 1 when something would be quarantined, 2 on an unreadable file."""
+    from clef_pipelines.steering.guard_check import check_texts, screenable_blocks
+    from clef_pipelines.steering.runtime import GuardUnavailable, load_guard
+
+    if not paths and not text:
+        fail("give files to judge, or --text")
+    settings = load_cli_settings(config)
+    cfg = settings.steering
+    try:
+        guard = load_guard(cfg.guard.resolved_weights(settings.base_dir))
+    except GuardUnavailable as exc:
+        fail(str(exc))
+    threshold = float(guard.threshold if cfg.guard.threshold is None else cfg.guard.threshold)
+    texts, errors = screenable_blocks(paths or [], cfg.screen.kinds)
+    texts += [(f"--text {n}", t) for n, t in enumerate(text or [], start=1)]
+    report = check_texts(guard, texts, threshold)
+    report.errors = errors
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        for finding in report.findings if show_all else report.quarantined:
+            mark = "[red]quarantine[/]" if finding.quarantine else "keep"
+            window = " ".join(finding.window.split())
+            window = window if len(window) <= _SHOWN else window[: _SHOWN - 3] + "..."
+            console.print(f"{mark} {finding.p_injection:.3f}  {lit(finding.where)}", soft_wrap=True)
+            console.print(f"    {lit(window)}", soft_wrap=True)
+        for error in errors:
+            console.print(f"[red]error:[/] {lit(error)}", soft_wrap=True)
+        console.print(
+            f"{len(report.quarantined)} of {len(report.findings)} blocks would be quarantined "
+            f"(threshold {threshold:.3f}, guard {lit(report.version)})",
+            soft_wrap=True,
+        )
+    if errors:
+        raise typer.Exit(2)
+    if report.quarantined:
+        raise typer.Exit(1)

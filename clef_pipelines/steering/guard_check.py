@@ -1,0 +1,97 @@
+"""What the offline guard makes of given files or texts, without ingesting them: each
+screenable block's P(injection), whether the screen would quarantine it, and the window (one
+or two sentences, or a short text whole) that scored highest. For a person reviewing a
+quarantine, or a docs repository checking its pages before they are published.
+
+Blocks come from the ingestion's own loader and parsers, and only the kinds the screen judges
+(`steering.screen.kinds`) are scored, with the configured guard and threshold. The language
+gate (`steering.guard.languages`) is not applied: every block is judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clef_pipelines.parsing.loaders import load_file
+from clef_pipelines.parsing.models import ParseError
+from clef_pipelines.parsing.parse import parse_blocks
+from clef_pipelines.steering.guard import InjectionGuard
+
+
+@dataclass
+class GuardFinding:
+    """One judged text: where it is, its score, the decision and the deciding window."""
+
+    where: str
+    text: str
+    p_injection: float
+    quarantine: bool
+    #: The window that scored highest (a decoded reading's shows the decoded words).
+    window: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GuardCheck:
+    """Every judged text (``findings``, in input order) and the files that could not be read."""
+
+    version: str
+    threshold: float
+    findings: list[GuardFinding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def quarantined(self) -> list[GuardFinding]:
+        return [f for f in self.findings if f.quarantine]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "threshold": self.threshold,
+            "judged": len(self.findings),
+            "quarantined": len(self.quarantined),
+            "findings": [f.as_dict() for f in self.findings],
+            "errors": self.errors,
+        }
+
+
+def check_texts(
+    guard: InjectionGuard, texts: Sequence[tuple[str, str]], threshold: float
+) -> GuardCheck:
+    """Judge ``(where, text)`` pairs as the screen judges one block each."""
+    report = GuardCheck(str(guard.version), threshold)
+    for where, text in texts:
+        # A text scores as its highest window (``InjectionGuard.score``), so the first window
+        # of ``explain`` is both the score and what decided it.
+        window, p = (guard.explain(text) or [("", 0.0)])[0]
+        report.findings.append(GuardFinding(where, text, p, p >= threshold, window))
+    return report
+
+
+def screenable_blocks(
+    paths: Iterable[Path], kinds: Sequence[str]
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """``(where, text)`` of each screenable block of each file, and an error per file that
+    cannot be read or parsed (the others are still judged)."""
+    texts: list[tuple[str, str]] = []
+    errors: list[str] = []
+    for path in paths:
+        try:
+            blocks = parse_blocks(load_file(path))
+        except ParseError as exc:
+            errors.append(str(exc))
+            continue
+        except OSError as exc:
+            errors.append(f"{path}: {exc.strerror or exc}")
+            continue
+        for n, block in enumerate(blocks, start=1):
+            if block.kind in kinds and block.text.strip():
+                section = " > ".join(block.heading_path)
+                where = f"{path}, block {n}" + (f" ({section})" if section else "")
+                texts.append((where, block.text))
+    return texts, errors
