@@ -33,18 +33,16 @@ def guard_command(
     threshold, and show for each quarantined one its P(injection) and the window that decided
     it. Exits 1 when something would be quarantined, 2 on an unreadable file."""
     from clef_pipelines.steering.guard_check import check_texts, screenable_blocks
-    from clef_pipelines.steering.runtime import GuardUnavailable, load_guard
+    from clef_pipelines.steering.runtime import GuardUnavailable, configured_guard
 
     if not paths and not text:
         fail("give files to judge, or --text")
     settings = load_cli_settings(config)
-    cfg = settings.steering
     try:
-        guard = load_guard(cfg.guard.resolved_weights(settings.base_dir))
+        guard, threshold = configured_guard(settings.steering.guard, settings.base_dir)
     except GuardUnavailable as exc:
         fail(str(exc))
-    threshold = float(guard.threshold if cfg.guard.threshold is None else cfg.guard.threshold)
-    texts, errors = screenable_blocks(paths or [], cfg.screen.kinds)
+    texts, errors = screenable_blocks(paths or [], settings.steering.screen.kinds)
     texts += [(f"--text {n}", t) for n, t in enumerate(text or [], start=1)]
     report = check_texts(guard, texts, threshold)
     report.errors = errors

@@ -143,15 +143,14 @@ def _offline_guard(settings: Any = None) -> tuple[Callable[[list[str]], list[flo
         return (
             "needs the offline injection guard (clef_pipelines.steering.guard), not in this build"
         )
-    from clef_pipelines.steering.runtime import load_guard
+    from clef_pipelines.steering.config import GuardConfig
+    from clef_pipelines.steering.runtime import configured_guard
 
-    cfg = settings.steering.guard if settings is not None else None
-    guard: InjectionGuard = load_guard(
-        cfg.resolved_weights(settings.base_dir) if cfg is not None else None
-    )
-    threshold = float(
-        cfg.threshold if cfg is not None and cfg.threshold is not None else guard.threshold
-    )
+    guard: InjectionGuard
+    if settings is None:
+        guard, threshold = configured_guard(GuardConfig())
+    else:
+        guard, threshold = configured_guard(settings.steering.guard, settings.base_dir)
     return (lambda texts: [float(p) for p in guard.score(texts)]), threshold
 
 

@@ -23,7 +23,7 @@ from pydantic import TypeAdapter
 from clef_pipelines.clef.cache import AnswerCache
 from clef_pipelines.clef.client import ClefClient, SyncClefClient, _cache_id
 from clef_pipelines.clef.wire import Answer
-from clef_pipelines.steering.config import SteeringConfig, Taxonomy
+from clef_pipelines.steering.config import GuardConfig, SteeringConfig, Taxonomy
 from clef_pipelines.steering.packing import Ask, Subject, ask_packed
 from clef_pipelines.steering.questions import ask_fingerprint
 
@@ -183,8 +183,7 @@ class Steering:
         return self._guard_error
 
     def guard_threshold(self, guard: InjectionGuard) -> float:
-        t = self.cfg.guard.threshold
-        return float(guard.threshold if t is None else t)
+        return guard_threshold(self.cfg.guard, guard)
 
     def guard_scores(self, texts: Sequence[str]) -> np.ndarray | None:
         """P(injection) per text; scores of texts this guard version scored before come from
@@ -215,6 +214,17 @@ class Steering:
             if cache is not None:
                 cache.close()
         self.cache = self.guard_cache = None
+
+
+def guard_threshold(cfg: GuardConfig, guard: InjectionGuard) -> float:
+    """P(injection) that quarantines: `steering.guard.threshold`, else the weights' own."""
+    return float(guard.threshold if cfg.threshold is None else cfg.threshold)
+
+
+def configured_guard(cfg: GuardConfig, base_dir: str | Path = ".") -> tuple[InjectionGuard, float]:
+    """The guard `steering.guard` names, and its threshold: what ingestion judges with."""
+    guard = load_guard(cfg.resolved_weights(base_dir))
+    return guard, guard_threshold(cfg, guard)
 
 
 def guard_fingerprint(cfg: SteeringConfig, base_dir: str | Path = ".") -> str | None:
