@@ -278,6 +278,8 @@ def screened_paragraphs(
             "decisions": dg.MetadataValue.json(report.decisions),
             "screen": report.clef,
             "guard": report.guard,
+            # Which weights judged (part of each document's hash: a new guard re-screens).
+            "guard_version": report.guard_version or "",
             # Paragraphs the guard left to Clef by their document's language (guard.languages).
             "guard_not_judged": dg.MetadataValue.json(report.guard_not_judged),
             "judges": report.judges,

@@ -104,6 +104,8 @@ def test_a_new_guard_rescreens_unchanged_documents_without_reembedding(
     (same,) = ws.ingest()
     assert same.success, same.error
     assert load_guard(renamed).version != load_guard().version
+    assert first.assets["screened_paragraphs"]["guard_version"] == load_guard().version
+    assert same.assets["screened_paragraphs"]["guard_version"] == load_guard(renamed).version
     assert same.assets["source_documents"]["documents_changed"] == 5
     assert load_guard(renamed).windows_scored > 0  # scored again, not from the old cache
     embeddings = same.assets["embeddings"]
