@@ -23,28 +23,57 @@ def guard_command(
     text: Annotated[
         list[str] | None, typer.Option("--text", "-t", help="A text judged as one paragraph.")
     ] = None,
+    quarantined: Annotated[
+        bool,
+        typer.Option(
+            "--quarantined",
+            help="Judge the collection's quarantined records again, beside how ingest decided.",
+        ),
+    ] = False,
+    collection: Annotated[
+        str | None, typer.Option(help="With --quarantined: the collection (default: config's).")
+    ] = None,
+    source: Annotated[str | None, typer.Option(help="With --quarantined: one source.")] = None,
     show_all: Annotated[
         bool, typer.Option("--all", help="List every judged block, not only quarantined ones.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     config: ConfigOption = None,
 ) -> None:
-    """Judge files' screenable blocks (or --text) with the configured offline guard and
-    threshold, and show for each quarantined one its P(injection) and the window that decided
-    it. Exits 1 when something would be quarantined, 2 on an unreadable file."""
-    from clef_pipelines.steering.guard_check import check_texts, screenable_blocks
+    """Judge files' screenable blocks (or --text, or a collection's --quarantined records)
+    with the configured offline guard and threshold, and show for each quarantined one its
+    P(injection) and the window that decided it. Exits 1 when something would be
+    quarantined, 2 on an unreadable file."""
+    from clef_pipelines.steering.guard_check import (
+        GuardInput,
+        check_texts,
+        quarantined_records,
+        screenable_blocks,
+    )
     from clef_pipelines.steering.runtime import GuardUnavailable, configured_guard
+    from clef_pipelines.stores import StoreError, open_store
 
-    if not paths and not text:
-        fail("give files to judge, or --text")
+    if not paths and not text and not quarantined:
+        fail("give files to judge, --text, or --quarantined")
     settings = load_cli_settings(config)
     try:
         guard, threshold = configured_guard(settings.steering.guard, settings.base_dir)
     except GuardUnavailable as exc:
         fail(str(exc))
-    texts, errors = screenable_blocks(paths or [], settings.steering.screen.kinds)
-    texts += [(f"--text {n}", t) for n, t in enumerate(text or [], start=1)]
-    report = check_texts(guard, texts, threshold)
+    inputs, errors = screenable_blocks(paths or [], settings.steering.screen.kinds)
+    inputs += [GuardInput(f"--text {n}", t) for n, t in enumerate(text or [], start=1)]
+    if quarantined:
+        name = collection or settings.collection
+        store = open_store(settings.store, settings.data_path)
+        try:
+            if not store.has_collection(name):
+                fail(f"no collection {name!r} in the store")
+            inputs += quarantined_records(store, name, source)
+        except StoreError as exc:
+            fail(str(exc))
+        finally:
+            store.close()
+    report = check_texts(guard, inputs, threshold)
     report.errors = errors
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -55,6 +84,8 @@ def guard_command(
             window = window if len(window) <= _SHOWN else window[: _SHOWN - 3] + "..."
             console.print(f"{mark} {finding.p_injection:.3f}  {lit(finding.where)}", soft_wrap=True)
             console.print(f"    {lit(window)}", soft_wrap=True)
+            if finding.stored is not None:
+                console.print(f"    at ingest: {lit(_stored(finding.stored))}", soft_wrap=True)
         for error in errors:
             console.print(f"[red]error:[/] {lit(error)}", soft_wrap=True)
         console.print(
@@ -66,3 +97,18 @@ def guard_command(
         raise typer.Exit(2)
     if report.quarantined:
         raise typer.Exit(1)
+
+
+def _stored(decision: dict[str, object]) -> str:
+    """How ingest decided a stored record: its reason, its judge and their probabilities."""
+    probabilities = ", ".join(
+        f"{name} {value:.3f}"
+        for name, value in (
+            ("p_guard", decision.get("p_guard")),
+            ("p_instructs_ai", decision.get("p_instructs_ai")),
+        )
+        if isinstance(value, float)
+    )
+    return f"{decision.get('quarantine_reason') or '?'} by {decision.get('decided_by') or '?'}" + (
+        f" ({probabilities})" if probabilities else ""
+    )

@@ -1,7 +1,8 @@
-"""What the offline guard makes of given files or texts, without ingesting them: each
-screenable block's P(injection), whether the screen would quarantine it, and the window (one
-or two sentences, or a short text whole) that scored highest. For a person reviewing a
-quarantine, or a docs repository checking its pages before they are published.
+"""What the offline guard makes of given files or texts, without ingesting them, or of a
+collection's quarantined records: each text's P(injection), whether the screen would
+quarantine it, and the window (one or two sentences, or a short text whole) that scored
+highest. For a person reviewing a quarantine, or a docs repository checking its pages before
+they are published.
 
 Blocks come from the ingestion's own loader and parsers, and only the kinds the screen judges
 (`steering.screen.kinds`) are scored, with the configured guard and threshold. The language
@@ -19,6 +20,21 @@ from clef_pipelines.parsing.loaders import load_file
 from clef_pipelines.parsing.models import ParseError
 from clef_pipelines.parsing.parse import parse_blocks
 from clef_pipelines.steering.guard import InjectionGuard
+from clef_pipelines.stores.base import VectorStore
+
+
+@dataclass
+class GuardInput:
+    """A text to judge, where it comes from and, for a stored record, how it was decided."""
+
+    where: str
+    text: str
+    #: A stored record's decision at ingest (``STORED_DECISION`` fields); None for files.
+    stored: dict[str, Any] | None = None
+
+
+#: A stored record's fields that say how it was quarantined.
+STORED_DECISION = ("quarantine_reason", "decided_by", "p_guard", "p_instructs_ai")
 
 
 @dataclass
@@ -31,6 +47,7 @@ class GuardFinding:
     quarantine: bool
     #: The window that scored highest (a decoded reading's shows the decoded words).
     window: str
+    stored: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,24 +78,26 @@ class GuardCheck:
 
 
 def check_texts(
-    guard: InjectionGuard, texts: Sequence[tuple[str, str]], threshold: float
+    guard: InjectionGuard, inputs: Sequence[GuardInput], threshold: float
 ) -> GuardCheck:
-    """Judge ``(where, text)`` pairs as the screen judges one block each."""
+    """Judge each input as the screen judges one block."""
     report = GuardCheck(str(guard.version), threshold)
-    for where, text in texts:
+    for item in inputs:
         # A text scores as its highest window (``InjectionGuard.score``), so the first window
         # of ``explain`` is both the score and what decided it.
-        window, p = (guard.explain(text) or [("", 0.0)])[0]
-        report.findings.append(GuardFinding(where, text, p, p >= threshold, window))
+        window, p = (guard.explain(item.text) or [("", 0.0)])[0]
+        report.findings.append(
+            GuardFinding(item.where, item.text, p, p >= threshold, window, item.stored)
+        )
     return report
 
 
 def screenable_blocks(
     paths: Iterable[Path], kinds: Sequence[str]
-) -> tuple[list[tuple[str, str]], list[str]]:
-    """``(where, text)`` of each screenable block of each file, and an error per file that
-    cannot be read or parsed (the others are still judged)."""
-    texts: list[tuple[str, str]] = []
+) -> tuple[list[GuardInput], list[str]]:
+    """Each screenable block of each file, and an error per file that cannot be read or
+    parsed (the others are still judged)."""
+    texts: list[GuardInput] = []
     errors: list[str] = []
     for path in paths:
         try:
@@ -93,5 +112,29 @@ def screenable_blocks(
             if block.kind in kinds and block.text.strip():
                 section = " > ".join(block.heading_path)
                 where = f"{path}, block {n}" + (f" ({section})" if section else "")
-                texts.append((where, block.text))
+                texts.append(GuardInput(where, block.text))
     return texts, errors
+
+
+def quarantined_records(
+    store: VectorStore, collection: str, source: str | None = None
+) -> list[GuardInput]:
+    """A collection's quarantined records (of one source, when given), with how each was
+    decided at ingest."""
+    where: dict[str, Any] = {"quarantined": True}
+    if source:
+        where["source"] = source
+    fields = ["source", "doc_id", "section_path", "text", *STORED_DECISION]
+    records = sorted(
+        store.scan(collection, where=where, fields=fields),
+        key=lambda r: (r["source"], r["doc_id"], r["id"]),
+    )
+    return [
+        GuardInput(
+            f"{r['source']}/{r['doc_id']}"
+            + (f" ({r['section_path']})" if r["section_path"] else ""),
+            r["text"],
+            {k: r.get(k) for k in STORED_DECISION},
+        )
+        for r in records
+    ]

@@ -4,6 +4,7 @@ judges whatever embedder the collection uses)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -45,6 +46,22 @@ def test_guard_alone_quarantines_the_planted_paragraph_and_nothing_else(
     finally:
         store.close()
     assert report.checks and all(report.checks.values()), report.checks
+    # `guard --quarantined` lists the stored quarantine, judged again, beside ingest's decision.
+    review = CliRunner().invoke(
+        app, ["guard", "--quarantined", "--json", "--config", str(ws.config_path)]
+    )
+    assert review.exit_code == 1, review.output
+    (finding,) = json.loads(review.output)["findings"]
+    assert finding["text"] == q["text"] and finding["quarantine"]
+    assert finding["where"].startswith("sample/") and "Sync is slow" in finding["where"]
+    assert finding["stored"]["decided_by"] == "guard"
+    assert finding["stored"]["p_guard"] == pytest.approx(finding["p_injection"], abs=1e-4)
+    assert finding["window"] in q["text"]
+    text_review = CliRunner().invoke(
+        app, ["guard", "--quarantined", "--source", "sample", "--config", str(ws.config_path)]
+    )
+    assert text_review.exit_code == 1
+    assert "at ingest: instructs_ai by guard (p_guard 1.000)" in text_review.output
     # A new threshold re-decides every document from the stored guard scores: no MiniLM pass.
     from clef_pipelines.steering.runtime import load_guard
 
@@ -230,8 +247,6 @@ def test_the_eval_harness_scores_the_configured_guard(tmp_path: Path) -> None:
 def test_guard_command_names_what_ingestion_would_quarantine_and_why(tmp_path: Path) -> None:
     """`clef-pipelines guard` judges files as the screen does, without ingesting them: the
     planted paragraph alone is quarantined, with its score and the window that decided it."""
-    import json
-
     from tests.ingest.conftest import SAMPLE_CORPUS
 
     cfg = tmp_path / "clef-pipelines.yaml"
