@@ -18,7 +18,10 @@ _SHOWN = 160
 @app.command("guard")
 def guard_command(
     paths: Annotated[
-        list[Path] | None, typer.Argument(help="Files to judge, parsed as ingestion parses them.")
+        list[Path] | None,
+        typer.Argument(
+            help="Files, folders or JSONL files to judge, read as ingestion reads them."
+        ),
     ] = None,
     text: Annotated[
         list[str] | None, typer.Option("--text", "-t", help="A text judged as one paragraph.")

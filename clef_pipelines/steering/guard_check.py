@@ -11,13 +11,14 @@ gate (`steering.guard.languages`) is not applied: every block is judged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clef_pipelines.parsing.loaders import load_file
-from clef_pipelines.parsing.models import ParseError
+from clef_pipelines.config import SourceConfig
+from clef_pipelines.parsing.loaders import iter_source_entries, load_file
+from clef_pipelines.parsing.models import Document, ParseError
 from clef_pipelines.parsing.parse import parse_blocks
 from clef_pipelines.steering.guard import InjectionGuard
 from clef_pipelines.stores.base import VectorStore
@@ -95,25 +96,44 @@ def check_texts(
 def screenable_blocks(
     paths: Iterable[Path], kinds: Sequence[str]
 ) -> tuple[list[GuardInput], list[str]]:
-    """Each screenable block of each file, and an error per file that cannot be read or
-    parsed (the others are still judged)."""
+    """Each screenable block of each file, and an error per document that cannot be read or
+    parsed (the others are still judged). A folder or a JSONL file is read as ingestion reads
+    a source (the same files, records and link rules)."""
     texts: list[GuardInput] = []
     errors: list[str] = []
     for path in paths:
         try:
-            blocks = parse_blocks(load_file(path))
-        except ParseError as exc:
+            documents = list(_documents(path))
+        except ParseError as exc:  # the folder or JSONL file as a whole
             errors.append(str(exc))
             continue
-        except OSError as exc:
-            errors.append(f"{path}: {exc.strerror or exc}")
-            continue
-        for n, block in enumerate(blocks, start=1):
-            if block.kind in kinds and block.text.strip():
-                section = " > ".join(block.heading_path)
-                where = f"{path}, block {n}" + (f" ({section})" if section else "")
-                texts.append(GuardInput(where, block.text))
+        for where, load in documents:
+            try:
+                blocks = parse_blocks(load())
+            except ParseError as exc:
+                errors.append(str(exc))
+                continue
+            except OSError as exc:
+                errors.append(f"{where}: {exc.strerror or exc}")
+                continue
+            for n, block in enumerate(blocks, start=1):
+                if block.kind in kinds and block.text.strip():
+                    section = " > ".join(block.heading_path)
+                    label = f"{where}, block {n}" + (f" ({section})" if section else "")
+                    texts.append(GuardInput(label, block.text))
     return texts, errors
+
+
+def _documents(path: Path) -> Iterator[tuple[str, Callable[[], Document]]]:
+    """``(where, load)`` of each document a path names: itself, or a folder's or JSONL
+    file's documents listed as a source's."""
+    if path.is_dir() or path.suffix.lower() in (".jsonl", ".ndjson"):
+        source = SourceConfig(name="guard", path=str(path))
+        for entry in iter_source_entries(source, "."):
+            where = f"{path}/{entry.doc_id}" if path.is_dir() else f"{path}: {entry.doc_id}"
+            yield where, entry.load
+    else:
+        yield str(path), lambda: load_file(path)
 
 
 def quarantined_records(
