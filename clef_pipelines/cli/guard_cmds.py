@@ -67,7 +67,10 @@ def guard_command(
     inputs += [GuardInput(f"--text {n}", t) for n, t in enumerate(text or [], start=1)]
     if quarantined:
         name = collection or settings.collection
-        store = open_store(settings.store, settings.data_path)
+        try:
+            store = open_store(settings.store, settings.data_path)
+        except StoreError as exc:
+            fail(str(exc))
         try:
             if not store.has_collection(name):
                 fail(f"no collection {name!r} in the store")
