@@ -441,20 +441,11 @@ class InjectionGuard:
         self.windows_scored += len(windows)
         return scores
 
-    def explain(self, text: str) -> list[tuple[str, float]]:
-        """A text's windows with their P(injection), highest first: the first decided
-        ``score`` (a decoded reading's window shows the decoded words). Ties (clear prose
-        settled by stage 1 often ties) put the longest window first, the most telling."""
-        windows, prefix = self.windows(text or "")
-        scores = self.score_windows(windows, prefix=prefix) if windows else np.zeros(0)
-        order = sorted(range(len(windows)), key=lambda i: (-scores[i], -len(windows[i])))
-        return [(windows[i], float(scores[i])) for i in order]
-
-    def score(
+    def _window_scores(
         self, texts: Sequence[str], embed: Embed | None = None, decode: bool = True
-    ) -> np.ndarray:
-        """P(injection) per text, in [0, 1]: the highest score among the text's windows
-        (``decode``: as ``windows``)."""
+    ) -> tuple[list[str], list[int], np.ndarray]:
+        """Every window of every text (``windows``), the index of its text, and its
+        P(injection), in one pass over all the texts' windows."""
         owner: list[int] = []
         windows: list[str] = []
         prefix: list[np.ndarray] = []
@@ -463,8 +454,28 @@ class InjectionGuard:
             windows += mine
             owner += [i] * len(mine)
             prefix.append(is_prefix)
+        if not windows:
+            return [], [], np.zeros(0)
+        scores = self.score_windows(windows, embed, np.concatenate(prefix).astype(bool))
+        return windows, owner, scores
+
+    def explain(self, texts: Sequence[str]) -> list[list[tuple[str, float]]]:
+        """Each text's windows with their P(injection), highest first: the first decided the
+        text's ``score`` (a decoded reading's window shows the decoded words). Ties (clear
+        prose settled by stage 1 often ties) put the longest window first, the most telling."""
+        windows, owner, scores = self._window_scores(texts)
+        ranked: list[list[tuple[str, float]]] = [[] for _ in texts]
+        for window, i, p in zip(windows, owner, scores, strict=True):
+            ranked[i].append((window, float(p)))
+        return [sorted(mine, key=lambda wp: (-wp[1], -len(wp[0]))) for mine in ranked]
+
+    def score(
+        self, texts: Sequence[str], embed: Embed | None = None, decode: bool = True
+    ) -> np.ndarray:
+        """P(injection) per text, in [0, 1]: the highest score among the text's windows
+        (``decode``: as ``windows``)."""
+        windows, owner, scores = self._window_scores(texts, embed, decode)
         out = np.zeros(len(texts), dtype=np.float64)
         if windows:
-            scores = self.score_windows(windows, embed, np.concatenate(prefix).astype(bool))
             np.maximum.at(out, np.array(owner), scores)
         return out

@@ -21,6 +21,7 @@ from clef_pipelines.parsing.loaders import iter_source_entries, load_file
 from clef_pipelines.parsing.models import Document, ParseError
 from clef_pipelines.parsing.parse import parse_blocks
 from clef_pipelines.steering.guard import InjectionGuard
+from clef_pipelines.steering.screen import is_screenable
 from clef_pipelines.stores.base import VectorStore
 
 
@@ -83,10 +84,10 @@ def check_texts(
 ) -> GuardCheck:
     """Judge each input as the screen judges one block."""
     report = GuardCheck(str(guard.version), threshold)
-    for item in inputs:
-        # A text scores as its highest window (``InjectionGuard.score``), so the first window
-        # of ``explain`` is both the score and what decided it.
-        window, p = (guard.explain(item.text) or [("", 0.0)])[0]
+    # A text scores as its highest window (``InjectionGuard.score``), so the first window of
+    # ``explain`` is both the score and what decided it. One call: one MiniLM pass for all.
+    for item, ranked in zip(inputs, guard.explain([i.text for i in inputs]), strict=True):
+        window, p = (ranked or [("", 0.0)])[0]
         report.findings.append(
             GuardFinding(item.where, item.text, p, p >= threshold, window, item.stored)
         )
@@ -117,7 +118,7 @@ def screenable_blocks(
                 errors.append(f"{where}: {exc.strerror or exc}")
                 continue
             for n, block in enumerate(blocks, start=1):
-                if block.kind in kinds and block.text.strip():
+                if is_screenable(block.kind, block.text, kinds):
                     section = " > ".join(block.heading_path)
                     label = f"{where}, block {n}" + (f" ({section})" if section else "")
                     texts.append(GuardInput(label, block.text))

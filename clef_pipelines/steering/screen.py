@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -121,6 +122,11 @@ def _preask_plan(
     return plan_preask(blocks, screenable, chunking, names), asks
 
 
+def is_screenable(kind: str, text: str | None, kinds: Sequence[str]) -> bool:
+    """Whether the screen judges a block: one of ``steering.screen.kinds``, holding text."""
+    return kind in kinds and bool((text or "").strip())
+
+
 def screen_blocks(
     blocks: pl.DataFrame, steering: Steering, *, chunking: ChunkingConfig | None = None
 ) -> tuple[pl.DataFrame, ScreenReport]:
@@ -135,7 +141,7 @@ def screen_blocks(
     n = blocks.height
     kinds = blocks["kind"].to_list() if n else []
     texts = blocks["text"].to_list() if n else []
-    screenable = [i for i in range(n) if kinds[i] in cfg.screen.kinds and (texts[i] or "").strip()]
+    screenable = [i for i in range(n) if is_screenable(kinds[i], texts[i], cfg.screen.kinds)]
     rep.screened = len(screenable)
 
     # --- Clef -------------------------------------------------------------------------
