@@ -58,6 +58,8 @@ def guard_command(
 
     if not paths and not text and not quarantined:
         fail("give files to judge, --text, or --quarantined")
+    if (collection or source) and not quarantined:
+        fail("--collection and --source choose the records of --quarantined; add it")
     settings = load_cli_settings(config)
     try:
         guard, threshold = configured_guard(settings.steering.guard, settings.base_dir)

@@ -292,6 +292,8 @@ def test_guard_command_names_what_ingestion_would_quarantine_and_why(tmp_path: P
         (f"{records}: b, block 1", False),
     ]
     assert report["errors"] and "line 3" in report["errors"][0]
+    result = runner.invoke(app, ["guard", "--text", "x", "--source", "docs", "-c", str(cfg)])
+    assert result.exit_code == 2 and "--quarantined" in result.output, result.output
     # No collection to review: said, with its name.
     result = runner.invoke(app, ["guard", "--quarantined", "--config", str(cfg)])
     assert result.exit_code == 2 and "no collection" in result.output, result.output
