@@ -41,10 +41,14 @@ from clef_pipelines.ingest.documents import (
     FAILED,
     REMOVED,
     TO_PROCESS,
+    changed_settings,
     force_documents,
     listing_frame,
+    parts_fingerprint,
     pipeline_fingerprint,
+    pipeline_parts,
     plan_inventory_frame,
+    settings_digest,
     status_counts,
     stored_document_facts,
 )
@@ -135,10 +139,11 @@ def source_documents(
     collection = settings.collection_of(source)
     store = vector_store.get()
     emb = embedder.get()
-    if store.has_collection(collection):
-        # Fail before any work when the collection was built with another embedder.
-        check_manifest(store.get_manifest(collection), collection, emb)
-    fingerprint = pipeline_fingerprint(settings, emb.name)
+    manifest = store.get_manifest(collection) if store.has_collection(collection) else None
+    # Fail before any work when the collection was built with another embedder.
+    check_manifest(manifest, collection, emb)
+    parts = pipeline_parts(settings, emb.name)
+    fingerprint = parts_fingerprint(parts)
     # Column-wise, so the listing of a source of millions of documents stays small.
     inventory = plan_inventory_frame(
         source.name,
@@ -176,8 +181,13 @@ def source_documents(
             # What the store holds for the source as the run starts (the state, beside the
             # statuses above, which say what this run will change).
             **totals_metadata(source_totals(store, collection, source.name)),
-            # The sensor compares this with the files to tell whether a run is needed.
+            # Which settings changed since the last sync (each re-processes every document;
+            # chunks whose text is unchanged keep their vectors).
+            "settings_changed": changed_settings(manifest, source.name, settings_digest(parts)),
+            # The sensor compares these with the files and the settings to tell whether a run
+            # is needed.
             "source_fingerprint": stages.source_fingerprint(settings, source),
+            "pipeline_fingerprint": fingerprint,
             "seconds": round(time.perf_counter() - started, 3),
         },
     )

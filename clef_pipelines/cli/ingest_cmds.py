@@ -236,6 +236,15 @@ def _failed_count(report: Any) -> int:
     )
 
 
+def _settings_changed(docs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A row naming the settings that changed since the last sync, when there are some: they
+    are why every document shows as changed."""
+    changed = docs.get("settings_changed")
+    if changed in (None, "none", "not recorded"):
+        return []
+    return [("  settings changed", changed)]
+
+
 def _all_failed(report: Any) -> bool:
     """A run in which documents were there to ingest and every one of them failed."""
     docs = report.assets.get("source_documents", {})
@@ -246,8 +255,11 @@ def _all_failed(report: Any) -> bool:
 def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -> None:
     from clef_pipelines.embedding import make_embedder
     from clef_pipelines.ingest.documents import (
-        pipeline_fingerprint,
+        changed_settings,
+        parts_fingerprint,
+        pipeline_parts,
         plan_inventory,
+        settings_digest,
         status_counts,
         stored_documents,
     )
@@ -262,11 +274,13 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
         for name in names:
             src = settings.source(name)
             coll = settings.collection_of(src)
+            parts = pipeline_parts(settings, embedder.name)
             try:
-                entries = list_entries(settings, src, pipeline_fingerprint(settings, embedder.name))
+                entries = list_entries(settings, src, parts_fingerprint(parts))
             except ParseError as exc:  # the source itself cannot be listed
                 fail(str(exc))
             inv = plan_inventory(name, entries, stored_documents(store, coll, name), force=force)
+            manifest = store.get_manifest(coll) if store.has_collection(coll) else None
             failed = inv.filter(inv["status"] == "failed").select("doc_id", "reason", "error")
             out.append(
                 {
@@ -274,6 +288,7 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
                     "collection": coll,
                     "dry_run": True,
                     "documents": status_counts(inv),
+                    "settings_changed": changed_settings(manifest, name, settings_digest(parts)),
                     "failed": failed.to_dicts(),
                 }
             )
@@ -289,6 +304,8 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
         )
         for status, n in item["documents"].items():
             console.print(f"  {status:10} {n}")
+        for label, value in _settings_changed(item):
+            console.print(f"  {label.strip()}: {lit(value)}")
         for f in item["failed"]:
             console.print(f"  [red]failed[/] {lit(f['doc_id'])}: {lit(f['error'])}")
 
@@ -316,6 +333,7 @@ def _print_reports(reports: list[Any], as_json: bool) -> None:
                 "  new / changed / repaired",
                 f"{docs.get('documents_new', 0)} / {docs.get('documents_changed', 0)} / {docs.get('documents_repair', 0)}",
             ),
+            *_settings_changed(docs),
             ("  unchanged (skipped)", docs.get("documents_unchanged")),
             ("  removed", docs.get("documents_removed")),
             ("  failed", _failed_count(r)),

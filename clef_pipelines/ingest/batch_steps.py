@@ -21,7 +21,12 @@ from clef_pipelines.embedding.base import Embedder
 from clef_pipelines.embedding.executor import open_batch_runner
 from clef_pipelines.ingest import stages
 from clef_pipelines.ingest.batches import BATCH, BatchWriter, FrameBatches, merge_reports
-from clef_pipelines.ingest.documents import REMOVED, TO_PROCESS
+from clef_pipelines.ingest.documents import (
+    REMOVED,
+    TO_PROCESS,
+    pipeline_parts,
+    settings_digest,
+)
 from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import FieldTypes
 from clef_pipelines.ingest.progress import report as progress_report
@@ -281,5 +286,6 @@ def sync_batches(
                 report,
                 chunker=settings.chunking.strategy,
                 steering=steering_manifest(settings.steering, clef_enabled=clef_enabled(settings)),
+                settings=settings_digest(pipeline_parts(settings, embedder.name)),
             )
     return SyncSummary(report=report, batches=len(keys))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -65,9 +66,9 @@ class StoredDocument:
         )
 
 
-def pipeline_fingerprint(settings: Settings, embedder_name: str) -> str:
-    """Everything besides the raw bytes that changes a document's chunks or vectors."""
-    payload = {
+def pipeline_parts(settings: Settings, embedder_name: str) -> dict[str, Any]:
+    """Everything besides the raw bytes that changes a document's chunks or vectors, by part."""
+    parts: dict[str, Any] = {
         "pipeline": PIPELINE_VERSION,
         "chunking": settings.chunking.model_dump(mode="json"),
         "encodings": settings.parsing.encodings,
@@ -79,8 +80,62 @@ def pipeline_fingerprint(settings: Settings, embedder_name: str) -> str:
     }
     guard = guard_fingerprint(settings.steering, settings.base_dir)
     if guard is not None:  # absent with the guard off: those collections keep their hashes
-        payload["guard_version"] = guard
-    return sha256_hex(json.dumps(payload, sort_keys=True))[:16]
+        parts["guard_version"] = guard
+    return parts
+
+
+def parts_fingerprint(parts: dict[str, Any]) -> str:
+    """The hash of `pipeline_parts`, part of every document's hash."""
+    return sha256_hex(json.dumps(parts, sort_keys=True))[:16]
+
+
+def pipeline_fingerprint(settings: Settings, embedder_name: str) -> str:
+    return parts_fingerprint(pipeline_parts(settings, embedder_name))
+
+
+def configured_pipeline_fingerprint(settings: Settings) -> str:
+    """`pipeline_fingerprint` with the configured embedder, built for its name and not loaded
+    (the sensor's tick: a model is not loaded to learn its name)."""
+    from clef_pipelines.embedding import make_embedder
+
+    embedder = make_embedder(settings.embedder)
+    try:
+        return pipeline_fingerprint(settings, embedder.name)
+    finally:
+        embedder.close()
+
+
+#: What each part of `pipeline_parts` is, in the words of the config and the docs.
+SETTING_NAMES = {
+    "pipeline": "clef-pipelines' pipeline version",
+    "chunking": "chunking",
+    "encodings": "parsing.encodings",
+    "embedder": "embedder",
+    "steering": "steering (modes, thresholds, questions)",
+    "clef": "Clef backend",
+    "guard_version": "guard weights",
+}
+
+
+def settings_digest(parts: dict[str, Any]) -> dict[str, str]:
+    """A short hash per part, kept in the collection manifest beside each source, so that the
+    next inventory can say which settings changed (a document's hash folds them all in)."""
+    return {k: sha256_hex(json.dumps(v, sort_keys=True))[:12] for k, v in parts.items()}
+
+
+def changed_settings(manifest: dict[str, Any] | None, source: str, digest: dict[str, str]) -> str:
+    """The settings (`SETTING_NAMES`) that changed since the source's last sync, for a person:
+    "none", the names joined, or "not recorded" (a first ingest, or a source last synced before
+    the manifest kept them). Changed settings re-process every document of the source."""
+    stored = (((manifest or {}).get("sources") or {}).get(source) or {}).get("settings")
+    if not isinstance(stored, dict):
+        return "not recorded"
+    names = [
+        SETTING_NAMES.get(k, k)
+        for k in sorted(set(stored) | set(digest))
+        if stored.get(k) != digest.get(k)
+    ]
+    return ", ".join(names) or "none"
 
 
 def document_hash(raw_hash: str, fingerprint: str) -> str:

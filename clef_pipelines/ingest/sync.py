@@ -248,6 +248,7 @@ def sync_source(
     *,
     chunker: str,
     steering: dict[str, Any] | None = None,
+    settings: dict[str, str] | None = None,
     batch_rows: int = 512,
     progress: ProgressFn | None = None,
     text_language: str = "english",
@@ -267,7 +268,16 @@ def sync_source(
         text_language=text_language,
     )
     if wrote:
-        finish_sync(store, collection, source, embedder, report, chunker=chunker, steering=steering)
+        finish_sync(
+            store,
+            collection,
+            source,
+            embedder,
+            report,
+            chunker=chunker,
+            steering=steering,
+            settings=settings,
+        )
     return report
 
 
@@ -370,8 +380,12 @@ def finish_sync(
     *,
     chunker: str,
     steering: dict[str, Any] | None = None,
+    settings: dict[str, str] | None = None,
 ) -> None:
-    """After a source's batches: its entry in the collection manifest, then store upkeep."""
+    """After a source's batches: its entry in the collection manifest, then store upkeep.
+
+    ``settings`` is `documents.settings_digest` of the run: the next inventory compares it
+    with its own to name the settings that changed (`documents.changed_settings`)."""
     if not store.has_collection(collection):
         return
     manifest = store.get_manifest(collection) or {}
@@ -380,6 +394,7 @@ def finish_sync(
         "chunker": chunker,
         # How the source was screened and enriched (see steering.manifest.screened_at_ingest).
         "steering": steering or {},
+        **({"settings": settings} if settings else {}),
         "synced_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     manifest.update(

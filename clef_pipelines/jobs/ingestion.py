@@ -16,6 +16,7 @@ import dagster as dg
 from clef_pipelines.assets.ingestion import GROUP, asset_key, source_partitions
 from clef_pipelines.config import Settings
 from clef_pipelines.ingest import stages
+from clef_pipelines.ingest.documents import configured_pipeline_fingerprint
 from clef_pipelines.resources.settings import PipelineSettings
 
 PARTITIONS = source_partitions.name or "sources"
@@ -56,17 +57,26 @@ def reconcile_partitions(instance: dg.DagsterInstance, settings: Settings) -> tu
     return added, removed
 
 
-def _last_fingerprint(instance: dg.DagsterInstance, source: str) -> str | None:
-    """The source fingerprint recorded by the latest inventory of the source, if any."""
+def change_signal(source_fingerprint: str, pipeline_fingerprint: str) -> str:
+    """What the sensor compares between ticks: the source's files and the settings that shape
+    its chunks (`documents.pipeline_fingerprint`: chunking, steering thresholds, the guard's
+    weights, the embedder, ...)."""
+    return f"{source_fingerprint}:{pipeline_fingerprint}"
+
+
+def _last_signal(instance: dg.DagsterInstance, source: str) -> str | None:
+    """The change signal of the latest inventory of the source, if any (an inventory from
+    before it recorded its pipeline fingerprint gives a signal that differs: one run)."""
     result = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset_key("source_documents"), asset_partitions=[source]),
         limit=1,
     )
     for record in result.records:
         mat = record.asset_materialization
-        value = mat.metadata.get("source_fingerprint") if mat else None
-        if value is not None:
-            return str(getattr(value, "value", value))
+        if mat is None or "source_fingerprint" not in mat.metadata:
+            continue
+        values = [mat.metadata.get(k) for k in ("source_fingerprint", "pipeline_fingerprint")]
+        return change_signal(*(str(getattr(v, "value", v) or "") for v in values))
     return None
 
 
@@ -77,7 +87,8 @@ def _last_fingerprint(instance: dg.DagsterInstance, source: str) -> str | None:
     description=(
         "Keeps one partition per configured source (adds new sources, removes sources that "
         "left the config) and requests an ingestion run when a source's files change (names, "
-        "sizes, modification times) since its last inventory."
+        "sizes, modification times) or the settings that shape its chunks (chunking, "
+        "steering, guard weights, embedder) change since its last inventory."
     ),
 )
 def source_change_sensor(
@@ -90,15 +101,16 @@ def source_change_sensor(
     previous = json.loads(context.cursor) if context.cursor else {}
     current: dict[str, str] = {}
     requests: list[dg.RunRequest] = []
+    pipeline = configured_pipeline_fingerprint(settings) if settings.sources else ""
     for source in settings.sources:
-        fingerprint = stages.source_fingerprint(settings, source)
-        current[source.name] = fingerprint
-        # Without a cursor entry (first tick, new source), the last inventory's fingerprint
-        # says whether the CLI or another launch already ingested these files.
-        before = previous.get(source.name) or _last_fingerprint(context.instance, source.name)
-        if before != fingerprint:
+        signal = change_signal(stages.source_fingerprint(settings, source), pipeline)
+        current[source.name] = signal
+        # Without a cursor entry (first tick, new source), the last inventory's signal says
+        # whether the CLI or another launch already ingested these files with these settings.
+        before = previous.get(source.name) or _last_signal(context.instance, source.name)
+        if before != signal:
             requests.append(
-                dg.RunRequest(partition_key=source.name, run_key=f"{source.name}:{fingerprint}")
+                dg.RunRequest(partition_key=source.name, run_key=f"{source.name}:{signal}")
             )
     partition_requests: list = []
     if to_add:

@@ -54,6 +54,30 @@ def test_sensor_registers_sources_and_requests_runs_on_change(workspace: Workspa
         assert changed.run_requests[0].run_key != first.run_requests[0].run_key
 
 
+def test_sensor_requests_a_run_when_the_settings_change(workspace: Workspace) -> None:
+    """A change of the settings that shape chunks (here the chunk size, and the guard switched
+    on) re-processes a source's documents, so the sensor requests a run for it, as it does for
+    changed files; a setting that shapes no chunk (the Clef client's concurrency) requests nothing."""
+    with dg.instance_for_test() as instance:
+        first = _evaluate(instance, workspace, None)
+        _apply(instance, first)
+        assert _evaluate(instance, workspace, first.cursor).run_requests == []
+
+        workspace.write_config(chunking={"target_tokens": 120})
+        resized = _evaluate(instance, workspace, first.cursor)
+        assert [r.partition_key for r in resized.run_requests] == ["sample"]
+        assert _evaluate(instance, workspace, resized.cursor).run_requests == []
+
+        workspace.write_config(chunking={"target_tokens": 120}, clef={"max_concurrency": 3})
+        assert _evaluate(instance, workspace, resized.cursor).run_requests == []
+
+        workspace.write_config(chunking={"target_tokens": 120}, steering={"guard": {"mode": "on"}})
+        guarded = _evaluate(instance, workspace, resized.cursor)
+        assert [r.partition_key for r in guarded.run_requests] == ["sample"]
+        keys = {r.run_key for r in (*first.run_requests, *resized.run_requests)}
+        assert guarded.run_requests[0].run_key not in keys
+
+
 def test_partitions_follow_the_configured_sources(workspace: Workspace) -> None:
     extra = workspace.root / "extra"
     extra.mkdir()

@@ -104,6 +104,25 @@ def test_cli_round_trip(workspace: Workspace) -> None:
     assert bad.exit_code == 2 and "does not exist" in bad.output
 
 
+def test_ingest_names_the_settings_that_changed(workspace: Workspace) -> None:
+    """After a change of settings every document shows as changed; the dry run and the run
+    both say which settings did it (the manifest keeps a hash per part beside the source)."""
+    cfg = str(workspace.config_path)
+    assert runner.invoke(app, ["ingest", "--config", cfg, "--json"]).exit_code == 0
+    workspace.write_config(chunking={"target_tokens": 120})
+    dry = runner.invoke(app, ["ingest", "--config", cfg, "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    (planned,) = json.loads(dry.output)
+    assert planned["settings_changed"] == "chunking"
+    assert planned["documents"]["changed"] > 0
+    assert planned["documents"]["unchanged"] == planned["documents"]["new"] == 0
+    run = runner.invoke(app, ["ingest", "--config", cfg])
+    assert run.exit_code == 0, run.output
+    assert "settings changed" in run.output and "chunking" in run.output
+    again = runner.invoke(app, ["ingest", "--config", cfg, "--dry-run", "--json"])
+    assert json.loads(again.output)[0]["settings_changed"] == "none"
+
+
 def test_ingest_adhoc_path_into_named_collection(workspace: Workspace) -> None:
     extra = workspace.root / "extra"
     extra.mkdir()

@@ -113,6 +113,7 @@ def test_a_new_guard_rescreens_unchanged_documents_without_reembedding(
     )
     (first,) = ws.ingest()
     assert first.success, first.error
+    assert first.assets["source_documents"]["settings_changed"] == "not recorded"
     before = {r["id"]: r for r in ws.records()}
 
     # The same model under another name: the same scores, so the same records.
@@ -126,6 +127,8 @@ def test_a_new_guard_rescreens_unchanged_documents_without_reembedding(
     assert first.assets["screened_paragraphs"]["guard_version"] == load_guard().version
     assert same.assets["screened_paragraphs"]["guard_version"] == load_guard(renamed).version
     assert same.assets["source_documents"]["documents_changed"] == 5
+    # The run says why every document changed: the weights, nothing else.
+    assert same.assets["source_documents"]["settings_changed"] == "guard weights"
     assert load_guard(renamed).windows_scored > 0  # scored again, not from the old cache
     embeddings = same.assets["embeddings"]
     assert embeddings["embedded"] == 0 and embeddings["reused"] == len(before)
@@ -140,6 +143,7 @@ def test_a_new_guard_rescreens_unchanged_documents_without_reembedding(
     (again,) = ws.ingest()  # nothing changed since: nothing to do
     assert again.success, again.error
     assert again.assets["source_documents"]["documents_unchanged"] == 5
+    assert again.assets["source_documents"]["settings_changed"] == "none"
 
     # Weights whose own threshold is 0: every screened paragraph is now quarantined.
     weights_copy(tmp_path / "strict.npz", threshold=0.0)
