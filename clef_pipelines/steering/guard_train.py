@@ -393,9 +393,14 @@ def recipe_weights(
     weights: np.ndarray,
     prompt_negative_weight: float,
     source_temperature: float,
+    doc_weight: float = 1.0,
 ) -> np.ndarray:
     """Stage 2's sample weights before class balance, for the MLP (``train_cascade``) and the
     tuned layers (``guard_tune.sample_weights``) alike.
+
+    Technical and help docs (``DOC_SOURCES``) are the hard negatives: imperatives addressed
+    to a human reader ("run", "enter", "please include"), and the help docs' false quarantine
+    on validation is what sets the threshold. They weigh ``doc_weight``.
 
     The injection datasets' own benign rows are user prompts to an assistant ("How does scrum
     manage sprint planning", "Help me write a poem"): addressed to an AI, so not what the guard
@@ -405,8 +410,9 @@ def recipe_weights(
     are tempered by ``source_tempered``.
     """
     prompts = (labels == 0) & np.isin(sources, INJECTION_SOURCES)
-    out = np.where(prompts, prompt_negative_weight, 1.0) * weights
-    return out * source_tempered(labels, sources, source_temperature)
+    docs = (labels == 0) & np.isin(sources, DOC_SOURCES)
+    out = np.where(prompts, prompt_negative_weight, 1.0) * np.where(docs, doc_weight, 1.0)
+    return out * weights * source_tempered(labels, sources, source_temperature)
 
 
 def fit_stage2(vectors, labels, weights, kind: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -865,17 +871,14 @@ def train_cascade(
         inputs = stage2_inputs(vectors, oof[order], scale)
     else:
         inputs = stage2_inputs(vectors, train_logits[order], 0.0)
-    # Technical docs (Python reference, package READMEs) are the hard negatives: imperatives
-    # addressed to a human reader, few of them pass the gate, and they are what stacking the
-    # word evidence lifts; weighing them up keeps stage 2 from trusting "run", "store", "enter"
-    # too much (stage 1 and the gate are fitted with plain weights).
-    docs = np.isin(source_of[order], DOC_SOURCES)
-    stage2_weights = np.where(docs, args.doc_weight, 1.0) * recipe_weights(
+    # Stage 1 and the gate are fitted with plain weights; stage 2 with the recipe's.
+    stage2_weights = recipe_weights(
         labels[order],
         source_of[order],
         weights[order],
         args.prompt_negative_weight,
         args.source_temperature,
+        args.doc_weight,
     )
     keep = stage2_weights > 0
     order, inputs, stage2_weights = order[keep], inputs[keep], stage2_weights[keep]
@@ -1190,8 +1193,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--doc-weight",
         type=float,
         default=1.0,
-        help="weight in stage 2 of benign windows of technical docs (pydocs, pkgdocs); 3 was "
-        "tried and not kept (see GUARD_WEIGHTS.md)",
+        help="weight in stage 2 (the MLP or the tuned layers) of benign windows of technical "
+        "and help docs (DOC_SOURCES); 3 was tried on the MLP of v3 and not kept "
+        "(see GUARD_WEIGHTS.md)",
     )
     parser.add_argument(
         "--prompt-negative-weight",

@@ -49,6 +49,8 @@ class TuneSettings:
     prompt_negative_weight: float = 0.3
     #: ``--source-temperature`` (``guard_train.source_tempered``).
     source_temperature: float = 1.0
+    #: Weight of technical and help docs' windows (``--doc-weight``).
+    doc_weight: float = 1.0
 
 
 def minilm_model() -> Any:
@@ -94,11 +96,14 @@ def stage2_training_set(model: Any, examples: Sequence[Any], args: Any) -> dict[
 
 
 def sample_weights(
-    train: dict[str, Any], prompt_negative_weight: float = 0.3, source_temperature: float = 1.0
+    train: dict[str, Any],
+    prompt_negative_weight: float = 0.3,
+    source_temperature: float = 1.0,
+    doc_weight: float = 1.0,
 ) -> np.ndarray:
     """The recipe's stage-2 sample weights: benign prompts of the injection datasets at
-    ``prompt_negative_weight``, injection datasets tempered (``source_tempered``), both
-    classes balanced."""
+    ``prompt_negative_weight``, docs at ``doc_weight``, injection datasets tempered
+    (``source_tempered``), both classes balanced."""
     from clef_pipelines.steering import guard_train as gt
 
     weights = gt.recipe_weights(
@@ -107,6 +112,7 @@ def sample_weights(
         train["weights"],
         prompt_negative_weight,
         source_temperature,
+        doc_weight,
     )
     return gt._balanced(train["labels"], weights)
 
@@ -251,7 +257,12 @@ def fit(
     texts = train["texts"]
     labels = torch.tensor(train["labels"], dtype=torch.float32)
     sample = torch.tensor(
-        sample_weights(train, settings.prompt_negative_weight, settings.source_temperature),
+        sample_weights(
+            train,
+            settings.prompt_negative_weight,
+            settings.source_temperature,
+            settings.doc_weight,
+        ),
         dtype=torch.float32,
     )
     stage1 = torch.tensor(train["oof"] / 8.0, dtype=torch.float32)
@@ -347,6 +358,7 @@ def fit_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) 
         lora=args.tune_lora,
         prompt_negative_weight=args.prompt_negative_weight,
         source_temperature=args.source_temperature,
+        doc_weight=args.doc_weight,
     )
     if model.knn_k:
         # From --base weights that carry a nearest-prototype margin on the main stage 2.

@@ -265,6 +265,23 @@ def test_source_temperature_weighs_datasets_by_a_root_of_their_size() -> None:
     assert np.isclose(rooted[labels == 1].sum(), plain[labels == 1].sum())
 
 
+def test_doc_weight_weighs_benign_docs_windows_in_both_stage_2s() -> None:
+    """``--doc-weight`` reaches the tuned layers' weights as it reaches the MLP's (one
+    ``recipe_weights``): benign windows of technical and help docs weigh more against the
+    other benign windows; injections and other prose are as before."""
+    sources = np.array(["slabs"] * 4 + ["helpdocs"] * 2 + ["pydocs"] * 2 + ["scifact"] * 4)
+    labels = np.array([1] * 4 + [0] * 8)
+    ones = np.ones(12)
+    plain = gt.recipe_weights(labels, sources, ones, 0.3, 1.0)
+    doubled = gt.recipe_weights(labels, sources, ones, 0.3, 1.0, 2.0)
+    assert np.allclose(doubled[4:8], 2 * plain[4:8])
+    assert np.allclose(np.delete(doubled, range(4, 8)), np.delete(plain, range(4, 8)))
+    train = {"labels": labels, "sources": sources, "weights": ones}
+    balanced = sample_weights(train, doc_weight=2.0)
+    assert np.isclose(balanced[4] / balanced[8], 2.0)
+    assert np.isclose(balanced[labels == 0].sum(), balanced[labels == 1].sum())
+
+
 def test_trainer_rejects_bad_tune_options() -> None:
     for argv in (
         ["--source-temperature", "0"],
