@@ -57,6 +57,10 @@ def reconcile_partitions(instance: dg.DagsterInstance, settings: Settings) -> tu
     return added, removed
 
 
+#: The cursor's count of the runs the sensor requested (no source name holds '#').
+_REQUESTED = "#requested"
+
+
 def change_signal(source_fingerprint: str, pipeline_fingerprint: str) -> str:
     """What the sensor compares between ticks: the source's files and the settings that shape
     its chunks (`documents.pipeline_fingerprint`: chunking, steering thresholds, the guard's
@@ -99,7 +103,10 @@ def source_change_sensor(
         context.instance.get_dynamic_partitions(PARTITIONS), settings
     )
     previous = json.loads(context.cursor) if context.cursor else {}
-    current: dict[str, str] = {}
+    # Counted into each run key: Dagster drops a request whose key it has seen, and a setting
+    # changed and then changed back gives a signal seen before.
+    requested = int(previous.pop(_REQUESTED, 0))
+    current: dict[str, str | int] = {}
     requests: list[dg.RunRequest] = []
     pipeline = configured_pipeline_fingerprint(settings) if settings.sources else ""
     for source in settings.sources:
@@ -109,8 +116,11 @@ def source_change_sensor(
         # whether the CLI or another launch already ingested these files with these settings.
         before = previous.get(source.name) or _last_signal(context.instance, source.name)
         if before != signal:
+            requested += 1
             requests.append(
-                dg.RunRequest(partition_key=source.name, run_key=f"{source.name}:{signal}")
+                dg.RunRequest(
+                    partition_key=source.name, run_key=f"{source.name}:{signal}:{requested}"
+                )
             )
     partition_requests: list = []
     if to_add:
@@ -120,7 +130,7 @@ def source_change_sensor(
         context.log.warning(removed_source_message(to_remove))
     return dg.SensorResult(
         run_requests=requests,
-        cursor=json.dumps(current, sort_keys=True),
+        cursor=json.dumps({**current, _REQUESTED: requested}, sort_keys=True),
         dynamic_partitions_requests=partition_requests,
     )
 

@@ -74,8 +74,15 @@ def test_sensor_requests_a_run_when_the_settings_change(workspace: Workspace) ->
         workspace.write_config(chunking={"target_tokens": 120}, steering={"guard": {"mode": "on"}})
         guarded = _evaluate(instance, workspace, resized.cursor)
         assert [r.partition_key for r in guarded.run_requests] == ["sample"]
-        keys = {r.run_key for r in (*first.run_requests, *resized.run_requests)}
-        assert guarded.run_requests[0].run_key not in keys
+
+        # Back to the first settings: a signal seen before, still a run of its own (Dagster
+        # drops a request whose run key it has seen).
+        workspace.write_config(chunking={}, clef={}, steering={"guard": {"mode": "off"}})
+        back = _evaluate(instance, workspace, guarded.cursor)
+        assert [r.partition_key for r in back.run_requests] == ["sample"]
+        ticks = (first, resized, guarded, back)
+        keys = [r.run_key for tick in ticks for r in tick.run_requests]
+        assert len(set(keys)) == len(keys) == 4
 
 
 def test_partitions_follow_the_configured_sources(workspace: Workspace) -> None:
