@@ -248,7 +248,6 @@ def sync_source(
     *,
     chunker: str,
     steering: dict[str, Any] | None = None,
-    settings: dict[str, str] | None = None,
     batch_rows: int = 512,
     progress: ProgressFn | None = None,
     text_language: str = "english",
@@ -268,16 +267,7 @@ def sync_source(
         text_language=text_language,
     )
     if wrote:
-        finish_sync(
-            store,
-            collection,
-            source,
-            embedder,
-            report,
-            chunker=chunker,
-            steering=steering,
-            settings=settings,
-        )
+        finish_sync(store, collection, source, embedder, report, chunker=chunker, steering=steering)
     return report
 
 
