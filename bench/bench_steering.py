@@ -483,6 +483,10 @@ def main() -> None:
         help="Request token budgets: self-hosted's default max_length, Workers AI's smallest.",
     )
     args = parser.parse_args()
+    if args.guard_pairs < 1:
+        parser.error(
+            "--guard-pairs: at least 1 (each pair is one ingest with the guard off, one on)"
+        )
     sys.path.insert(0, str(REPO))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

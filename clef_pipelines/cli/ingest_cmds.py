@@ -271,10 +271,11 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
     embedder = make_embedder(settings.embedder)
     out = []
     try:
+        # The same for every source: the settings and the embedder, not the files.
+        parts = pipeline_parts(settings, embedder.name)
         for name in names:
             src = settings.source(name)
             coll = settings.collection_of(src)
-            parts = pipeline_parts(settings, embedder.name)
             try:
                 entries = list_entries(settings, src, parts_fingerprint(parts))
             except ParseError as exc:  # the source itself cannot be listed
