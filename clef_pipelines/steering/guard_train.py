@@ -66,6 +66,7 @@ from clef_pipelines.steering.guard_data import (
     PARAGRAPH_SOURCES,
     Example,
     helpdocs_provenance,
+    infodocs_provenance,
     load_all,
     manpages_provenance,
     pkgdocs_licences,
@@ -80,9 +81,9 @@ BUCKETS = 1 << 18
 #: "document", "note"), while stage 2, which also sees the vector, is where hard negatives of
 #: imperative prose for a human reader belong. Encyclopedic narrative (``wikipedia``) is
 #: stage 2's too: stage 1 from weights v5 stays as it is.
-STAGE2_ONLY_SOURCES = ("helpdocs", "manpages", "wikipedia")
+STAGE2_ONLY_SOURCES = ("helpdocs", "manpages", "wikipedia", "infodocs")
 #: Technical and help docs: the benign prose of imperatives addressed to a human reader.
-DOC_SOURCES = ("pydocs", "pkgdocs", "helpdocs", "manpages")
+DOC_SOURCES = ("pydocs", "pkgdocs", "helpdocs", "manpages", "infodocs")
 
 
 # -- MiniLM vectors, cached by text ---------------------------------------------------------
@@ -1322,6 +1323,13 @@ def build_parser() -> argparse.ArgumentParser:
         "recipe chosen on validation); the threshold still comes from the held-out "
         "validation prose, and validation recall is then in-sample",
     )
+    parser.add_argument(
+        "--with-infodocs",
+        action="store_true",
+        help="also train, choose and report on the GNU manuals in /usr/share/info "
+        "(guard_data.load_infodocs: stage-2 negatives of admin help text, and a prose source "
+        "of the threshold rule)",
+    )
     parser.add_argument("--loso", action="store_true", help="also leave each source out")
     parser.add_argument(
         "--stage2-cached-only",
@@ -1350,7 +1358,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.tune_layers and args.knn_prototypes:
         parser.error("--tune-layers replaces the main stage 2: leave out --knn-prototypes")
 
-    examples = load_all(overlays=args.with_overlays)
+    examples = load_all(overlays=args.with_overlays, infodocs=args.with_infodocs)
     if args.fit_validation_injections:
         examples = with_validation_injections(examples)
     cache = VectorCache(args.cache)
@@ -1381,6 +1389,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "pkgdocs_licences": pkgdocs_licences(),
         "helpdocs_provenance": helpdocs_provenance(),
         "manpages_provenance": manpages_provenance(),
+        "infodocs_provenance": infodocs_provenance(),
     }
     if args.loso:
         result["leave_one_source_out"] = leave_one_source_out(examples, cache, args)

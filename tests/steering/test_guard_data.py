@@ -293,3 +293,58 @@ def test_a_broken_wikipedia_dump_is_refused_by_its_file_name(tmp_path, content) 
     dump.write_bytes(content)
     with pytest.raises(ValueError, match=r"broken\.xml\.bz2: not a readable MediaWiki XML dump"):
         guard_data.wikipedia_articles(dump)
+
+
+INFO_PART_1 = """This is tool.info, produced by makeinfo version 7.1 from tool.texi.
+
+\x1f
+File: tool.info,  Node: Top,  Next: Keys,  Up: (dir)
+
+* Menu:
+
+* Keys::                        Managing the signing keys.
+* Index::                       Every option in one list.
+
+\x1f
+File: tool.info,  Node: Keys,  Next: Index,  Prev: Top,  Up: Top
+
+1 Managing the signing keys
+***************************
+
+The command prints the new key once.  Store it in your password manager
+and export a revocation certificate right away (*note Revoking::).
+
+     $ tool --export-key --armor alice@example.org > alice.asc
+
+"""
+INFO_PART_2 = """\x1f
+File: tool.info,  Node: Index,  Prev: Keys,  Up: Top
+
+* --armor:                               Keys.                 (line 6)
+
+Ask the administrator of your organisation for the key server's address; see *Note Keys:
+Keys. for the options that read it.
+"""
+
+
+def test_info_manuals_give_their_prose_with_cross_references_as_words(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``infodocs``: node headers, menus, index entries and indented examples are left out, a
+    manual split over several files is one manual, and every row is benign."""
+    (tmp_path / "tool.info.gz").write_bytes(gzip.compress(INFO_PART_1.encode()))
+    (tmp_path / "tool.info-2.gz").write_bytes(gzip.compress(INFO_PART_2.encode()))
+    (tmp_path / "other.info").write_text(INFO_PART_2.replace("administrator", "admin"))
+
+    manuals = guard_data.infodocs_by_manual(tmp_path)
+    assert list(manuals) == ["other", "tool"]
+    assert sorted(manuals["tool"][1]) == [
+        "Ask the administrator of your organisation for the key server's address; see Keys "
+        "for the options that read it.",
+        "The command prints the new key once. Store it in your password manager and export a "
+        "revocation certificate right away (Revoking).",
+        # The preamble before the first node (the copying permissions) is prose too.
+        "This is tool.info, produced by makeinfo version 7.1 from tool.texi.",
+    ]
+    rows = guard_data.load_infodocs(tmp_path)
+    assert len(rows) == 4 and {(e.source, e.label) for e in rows} == {("infodocs", 0)}
+    assert {e.split for e in rows} <= {"train", "val", "test"}
+    assert guard_data.load_infodocs(tmp_path / "missing") == []
