@@ -1389,8 +1389,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "pkgdocs_licences": pkgdocs_licences(),
         "helpdocs_provenance": helpdocs_provenance(),
         "manpages_provenance": manpages_provenance(),
-        "infodocs_provenance": infodocs_provenance(),
     }
+    if args.with_infodocs:
+        result["infodocs_provenance"] = infodocs_provenance()
     if args.loso:
         result["leave_one_source_out"] = leave_one_source_out(examples, cache, args)
     if args.report:
