@@ -40,8 +40,9 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
 - ``manpages-intl``: the same man pages' translations (``/usr/share/man/<language>``, 25
   languages), benign, test only: the guard's false quarantine of prose not in English.
 - ``infodocs``: prose paragraphs of the GNU manuals installed in Info format
-  (``/usr/share/info``: coreutils, findutils, gnupg, wget, gettext, sed, ...; GFDL or the
-  GPL, recorded per manual by ``infodocs_provenance``), read by ``_info_paragraphs``: user and
+  (``/usr/share/info``: coreutils, findutils, gnupg, wget, gettext, sed, ...; mostly GPL or
+  GFDL, some LGPL, Expat or BSD-style, each manual's Debian licence recorded by
+  ``infodocs_provenance``), read by ``_info_paragraphs``: user and
   administrator manuals in the imperative ("Store it in your password manager", "export a
   revocation certificate"), the same kind of hard negative as ``helpdocs`` and stage 2 only
   too. Hash split by paragraph, at most ``INFODOCS_PER_MANUAL`` paragraphs per manual.
