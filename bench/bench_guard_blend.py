@@ -1,17 +1,19 @@
-"""Blend a tuned main stage 2 (weights with tuned MiniLM layers) with the committed one.
+"""Blend tuned main stage 2s (weights with tuned MiniLM layers) with the committed one.
 
 The candidate weights with MiniLM's top layers tuned (``guard_train --tune-layers 3``) beat
 the committed v5 on validation and test but quarantine clean help paragraphs of the demo
-corpus. This bench asks whether an ensemble of the two main stage 2s keeps the gain without
-that: per main window the stage-2 logit ``a * tuned + (1 - a) * committed`` (or the lower of
-the two, ``min``: both judges must agree), the prefix stage and everything else shared. Each
-row's threshold is the trainer's rule on validation (at most 1% of each prose source's
-validation paragraphs; mean recall over injection sources), then every screened block of the
-demo corpus is scored at that threshold (``make demo`` must quarantine the Northwind
-paragraph alone)::
+corpus. This bench asks whether an ensemble of main stage 2s keeps the gain without that:
+per main window the stage-2 logit ``a * tuned + (1 - a) * committed`` (with several
+``--tuned`` files, their mean in place of ``tuned``), or ``mean``: every file's alike, or the
+lowest, ``min``: all judges must agree; the prefix stage and everything else shared (every
+file must be trained on one ``--base``). MiniLM's layers below the tuned ones run once for
+all the files. Each row's threshold is the trainer's rule on validation (at most 1% of each
+prose source's validation paragraphs; mean recall over injection sources), then every
+screened block of the demo corpus is scored at that threshold (``make demo`` must quarantine
+the Northwind paragraph alone)::
 
     PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_blend.py \\
-        --tuned /tmp/v6b/guard_weights.npz [--blends 1 0.85 0.7 0.5 0.3 0 min] [--test]
+        --tuned /tmp/v6b/guard_weights.npz [more.npz ...] [--blends 1 0.5 0 min mean] [--test]
 
 ``--test`` also scores the test split and prints, for each row at its validation threshold,
 the mean recall over the injection sources with at least 10 texts and each real-prose source's
@@ -45,20 +47,53 @@ from clef_pipelines.steering import guard_train as gt  # noqa: E402
 from clef_pipelines.steering.guard_data import PARAGRAPH_SOURCES, Example, load_all  # noqa: E402
 
 
-def blended(committed: np.ndarray, tuned: np.ndarray, main: np.ndarray, blend: str) -> np.ndarray:
-    """Stage-2 logits with the main windows' blended (prefix windows: the tuned file's)."""
-    out = tuned.copy()
+def blended(
+    committed: np.ndarray, tuned: list[np.ndarray], main: np.ndarray, blend: str
+) -> np.ndarray:
+    """Stage-2 logits with the main windows' blended (prefix windows: shared by every file).
+    A weight ``a`` blends the tuned files' mean with the committed; ``mean`` and ``min`` take
+    every file alike."""
+    out = committed.copy()
+    every = np.stack([committed[main], *(t[main] for t in tuned)])
     if blend == "min":
-        out[main] = np.minimum(committed[main], tuned[main])
+        out[main] = every.min(axis=0)
+    elif blend == "mean":
+        out[main] = every.mean(axis=0)
     else:
         a = float(blend)
-        out[main] = a * tuned[main] + (1 - a) * committed[main]
+        out[main] = a * every[1:].mean(axis=0) + (1 - a) * committed[main]
     return out
+
+
+def shared_base(committed: gt.Trained, other: gt.Trained) -> bool:
+    """Trained on one ``--base``: the same stage 1, gates and prefix stage, so that only
+    the main stage 2 differs and blending it blends the guards."""
+    return (
+        np.array_equal(committed.w1, other.w1)
+        and committed.b1 == other.b1
+        and committed.gate_logit == other.gate_logit
+        and committed.prefix_words == other.prefix_words
+        and committed.feature_scale == other.feature_scale
+        and all(
+            np.array_equal(a, b)
+            for pa, pb in zip(committed.prefix_layers, other.prefix_layers, strict=True)
+            for a, b in zip(pa, pb, strict=True)
+        )
+    )
+
+
+def gated_main_windows(model: gt.Trained, windows: list[str], prefix: np.ndarray) -> list[str]:
+    """The main windows that pass stage 1's gate: the ones the tuned layers read."""
+    logits = gt.stage1_matrix(windows) @ model.w1 + model.b1
+    keep = (logits >= model.gates(prefix)) & ~prefix
+    return [w for w, k in zip(windows, keep, strict=True) if k]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tuned", type=Path, required=True, help="weights with tuned layers")
+    parser.add_argument(
+        "--tuned", type=Path, nargs="+", required=True, help="weights with tuned layers"
+    )
     parser.add_argument("--committed", type=Path, default=gt.WEIGHTS_PATH)
     parser.add_argument("--blends", nargs="+", default=["1", "0.85", "0.7", "0.5", "0.3", "0"])
     parser.add_argument(
@@ -66,11 +101,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     for b in args.blends:
-        if b != "min" and not 0.0 <= float(b) <= 1.0:
-            parser.error(f"--blends: {b} is neither min nor a weight in [0, 1]")
-    tuned, committed = gt.Trained.from_file(args.tuned), gt.Trained.from_file(args.committed)
-    if not tuned.tuned_layers:
-        parser.error(f"--tuned {args.tuned} has no tuned layers")
+        if b not in ("min", "mean") and not 0.0 <= float(b) <= 1.0:
+            parser.error(f"--blends: {b} is neither min, mean nor a weight in [0, 1]")
+    committed = gt.Trained.from_file(args.committed)
+    tuned = [gt.Trained.from_file(path) for path in args.tuned]
+    for path, model in zip(args.tuned, tuned, strict=True):
+        if not model.tuned_layers:
+            parser.error(f"--tuned {path} has no tuned layers")
+        if not shared_base(committed, model):
+            parser.error(f"--tuned {path} was not trained on the committed weights' base")
     cache = gt.VectorCache(None)
     demo_texts, demo_where = demo_blocks()
     examples = load_all()
@@ -82,20 +121,23 @@ def main() -> None:
         splits["test"] = held_out_test_rows(examples)
     parts = {}
     for name, rows in splits.items():
-        windows, owner, prefix = gt.windows_of(rows, tuned.prefix_words)
-        logits, stage2_tuned = tuned.window_parts(windows, prefix, cache)
-        _, stage2_committed = committed.window_parts(windows, prefix, cache)
-        main = ~np.isnan(stage2_tuned) & ~prefix
+        windows, owner, prefix = gt.windows_of(rows, committed.prefix_words)
+        files = [committed, *tuned] if committed.tuned_layers else tuned
+        # MiniLM's bottom layers once for every file's tuned top ones.
+        gt.share_main_vectors(files, gated_main_windows(committed, windows, prefix))
+        logits, stage2_committed = committed.window_parts(windows, prefix, cache)
+        stage2_tuned = [model.window_parts(windows, prefix, cache)[1] for model in tuned]
+        main = ~np.isnan(stage2_committed) & ~prefix
         parts[name] = (rows, owner, prefix, logits, stage2_committed, stage2_tuned, main)
     prose, groups = gt._validation_sets(parts["val"][0])
     rule = SimpleNamespace(max_false_quarantine=0.01, min_threshold=0.5)
 
     def text_scores(name: str, blend: str) -> np.ndarray:
         rows, owner, prefix, logits, committed_s2, tuned_s2, main = parts[name]
-        tuned.threshold = 1.0
+        committed.threshold = 1.0
         scored = np.zeros(len(rows))
         stage2 = blended(committed_s2, tuned_s2, main, blend)
-        np.maximum.at(scored, owner, tuned.combine(logits, stage2, prefix))
+        np.maximum.at(scored, owner, committed.combine(logits, stage2, prefix))
         return scored
 
     print(
@@ -122,7 +164,12 @@ def main() -> None:
 
 
 def blend_label(blend: str) -> str:
-    return {"1": "tuned", "0": "committed", "min": "min (both agree)"}.get(blend, blend)
+    return {
+        "1": "tuned",
+        "0": "committed",
+        "min": "min (all agree)",
+        "mean": "mean of all files",
+    }.get(blend, blend)
 
 
 def held_out_test_rows(examples: list[Example]) -> list[Example]:

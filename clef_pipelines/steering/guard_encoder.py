@@ -14,6 +14,7 @@ does, so the guard's MiniLM work at ingest is unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 from collections.abc import Sequence
@@ -127,33 +128,53 @@ class GuardEncoder:
         self._lock = threading.Lock()
 
     def vectors(self, texts: Sequence[str], tuned: np.ndarray, batch: int = 64) -> np.ndarray:
-        import torch
+        return shared_bottom_vectors([self], texts, tuned, batch)[0]
 
-        out = np.zeros((len(texts), 384), dtype=np.float32)
-        # By length, so that a batch pads little.
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        tokenizer = self._transformer.tokenizer
-        with self._lock, torch.inference_mode():
-            for start in range(0, len(order), batch):
-                rows = order[start : start + batch]
-                enc = tokenizer(
-                    [texts[i] for i in rows],
-                    padding=True,
-                    truncation=True,
-                    max_length=self._max_length,
-                    return_tensors="pt",
-                ).to(self._device)
-                mask = enc["attention_mask"]
-                extended = additive_mask(mask)
-                x = self._bert.embeddings(
-                    input_ids=enc["input_ids"], token_type_ids=enc.get("token_type_ids")
-                )
-                x = run_layers(self._bottom, x, extended)
-                picks = torch.as_tensor(np.asarray(tuned, dtype=bool)[rows], device=self._device)
-                for top, chosen in ((self._tuned_top, picks), (self._frozen_top, ~picks)):
-                    if bool(chosen.any()):
-                        h = run_layers(top, x[chosen], extended[chosen])
-                        out[rows[chosen.cpu().numpy()]] = (
-                            mean_pooled(h, mask[chosen]).float().cpu().numpy()
-                        )
-        return out
+
+def shared_bottom_vectors(
+    encoders: Sequence[GuardEncoder], texts: Sequence[str], tuned: np.ndarray, batch: int = 64
+) -> list[np.ndarray]:
+    """Each encoder's ``vectors(texts, tuned)``, with the layers below the tuned ones run once
+    for all of them: encoders built on one loaded MiniLM whose tuned tops differ (other
+    seeds or recipes of one base; ``bench/bench_guard_blend.py`` averages several), so that
+    k encoders cost the bottom layers once instead of k times."""
+    import torch
+
+    first = encoders[0]
+    if any(e._bert is not first._bert or e.count != first.count for e in encoders):
+        raise ValueError("shared_bottom_vectors: the encoders must share one MiniLM and depth")
+    outs = [np.zeros((len(texts), 384), dtype=np.float32) for _ in encoders]
+    # By length, so that a batch pads little.
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    tokenizer = first._transformer.tokenizer
+    with contextlib.ExitStack() as held, torch.inference_mode():
+        for lock in {id(e._lock): e._lock for e in encoders}.values():
+            held.enter_context(lock)
+        for start in range(0, len(order), batch):
+            rows = order[start : start + batch]
+            enc = tokenizer(
+                [texts[i] for i in rows],
+                padding=True,
+                truncation=True,
+                max_length=first._max_length,
+                return_tensors="pt",
+            ).to(first._device)
+            mask = enc["attention_mask"]
+            extended = additive_mask(mask)
+            x = first._bert.embeddings(
+                input_ids=enc["input_ids"], token_type_ids=enc.get("token_type_ids")
+            )
+            x = run_layers(first._bottom, x, extended)
+            picks = torch.as_tensor(np.asarray(tuned, dtype=bool)[rows], device=first._device)
+            if bool((~picks).any()):
+                h = run_layers(first._frozen_top, x[~picks], extended[~picks])
+                plain = mean_pooled(h, mask[~picks]).float().cpu().numpy()
+                for out in outs:
+                    out[rows[(~picks).cpu().numpy()]] = plain
+            if bool(picks.any()):
+                for encoder, out in zip(encoders, outs, strict=True):
+                    h = run_layers(encoder._tuned_top, x[picks], extended[picks])
+                    out[rows[picks.cpu().numpy()]] = (
+                        mean_pooled(h, mask[picks]).float().cpu().numpy()
+                    )
+    return outs

@@ -544,24 +544,20 @@ class Trained:
         the guard's own encoder's (kept in memory by text for the rest of the run)."""
         if not self.tuned_layers:
             return cache.vectors(texts)
+        share_main_vectors([self], texts)
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        return np.stack([self._tuned_vectors[t] for t in texts])
+
+    def encoder(self):  # type: ignore[no-untyped-def]
+        """MiniLM with these weights' tuned top layers, built on first use."""
         if self._encoder is None:
             from clef_pipelines.steering.guard import tuned_encoder
 
             self._encoder = tuned_encoder(
                 self.tuned_arrays, self.tuned_layers, getattr(self, "base_name", "trained")
             )
-        missing = list(dict.fromkeys(t for t in texts if t not in self._tuned_vectors))
-        if missing:
-            started = time.perf_counter()
-            vectors = self._encoder.vectors(missing, np.ones(len(missing), dtype=bool))
-            self._tuned_vectors.update(zip(missing, vectors, strict=True))
-            print(
-                f"  tuned MiniLM: {len(missing)} windows ({time.perf_counter() - started:.0f} s)",
-                file=sys.stderr,
-            )
-        if not texts:
-            return np.zeros((0, 384), dtype=np.float32)
-        return np.stack([self._tuned_vectors[t] for t in texts])
+        return self._encoder
 
     @classmethod
     def from_file(cls, path: Path) -> Trained:
@@ -663,6 +659,33 @@ class Trained:
         np.maximum.at(out_logits, owner, logits)
         np.logical_or.at(passed, owner, logits >= self.gates(prefix))
         return {"score": out_scores, "stage1_logit": out_logits, "passed": passed}
+
+
+def share_main_vectors(models: Sequence[Trained], texts: Sequence[str]) -> None:
+    """Each model's main vectors of ``texts`` (its tuned layers'), kept in memory as
+    ``main_vectors`` keeps them, with MiniLM's layers below the tuned ones run once for all
+    the models (``shared_bottom_vectors``): seeds or recipes trained on one base, scored
+    together by ``bench/bench_guard_blend.py``."""
+    from clef_pipelines.steering.guard_encoder import shared_bottom_vectors
+
+    missing = list(
+        dict.fromkeys(t for t in texts if any(t not in m._tuned_vectors for m in models))
+    )
+    if not missing:
+        return
+    started = time.perf_counter()
+    encoders = [m.encoder() for m in models]
+    for model, vectors in zip(
+        models,
+        shared_bottom_vectors(encoders, missing, np.ones(len(missing), dtype=bool)),
+        strict=True,
+    ):
+        model._tuned_vectors.update(zip(missing, vectors, strict=True))
+    print(
+        f"  tuned MiniLM: {len(missing)} windows, {len(models)} set(s) of tuned layers "
+        f"({time.perf_counter() - started:.0f} s)",
+        file=sys.stderr,
+    )
 
 
 def _threshold_for(scores: np.ndarray, rate: float) -> float:

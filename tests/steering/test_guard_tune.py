@@ -20,6 +20,7 @@ from clef_pipelines.steering.guard_encoder import (
     GuardEncoder,
     base_state,
     pack_tuned,
+    shared_bottom_vectors,
     unpack_tuned,
 )
 from clef_pipelines.steering.guard_tune import (
@@ -116,6 +117,42 @@ def test_encoder_sends_only_main_windows_through_the_tuned_layers(sentence_model
     # Each text's vector is its own, whatever else is in the batch.
     alone = encoder.vectors(TEXTS[:1], np.array([True]))
     assert np.abs(alone[0] - vectors[0]).max() < 1e-5
+
+
+def test_shared_bottom_gives_each_encoder_its_own_vectors(sentence_model, base) -> None:  # type: ignore[no-untyped-def]
+    """Several tuned tops over one run of the bottom layers (an ensemble bench's members):
+    each encoder's vectors as if it had run alone, main and prefix windows alike."""
+    plain = GuardEncoder(sentence_model, pack_tuned(base, base), 2)
+    moved = GuardEncoder(sentence_model, pack_tuned(perturbed(base), base), 2)
+    tuned = np.array([True, False, True, True, False])
+    together = shared_bottom_vectors([moved, plain, moved], TEXTS, tuned)
+    assert len(together) == 3
+    for encoder, vectors in zip([moved, plain, moved], together, strict=True):
+        assert np.abs(vectors - encoder.vectors(TEXTS, tuned)).max() < 1e-5
+    assert np.abs(together[0][tuned] - together[1][tuned]).max() > 1e-3
+    assert np.abs(together[0][~tuned] - together[1][~tuned]).max() < 1e-5
+
+
+def test_shared_bottom_needs_one_minilm_and_depth(sentence_model, base) -> None:  # type: ignore[no-untyped-def]
+    two = GuardEncoder(sentence_model, pack_tuned(base, base), 2)
+    bert = sentence_model[0].auto_model
+    one = GuardEncoder(sentence_model, pack_tuned(base_state(bert, 1), base_state(bert, 1)), 1)
+    with pytest.raises(ValueError, match="share one MiniLM and depth"):
+        shared_bottom_vectors([two, one], TEXTS, np.ones(len(TEXTS), bool))
+
+
+def test_trained_models_share_main_vectors_they_would_compute_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    alone = tuned_weights(tmp_path / "tuned.npz")
+    shared = gt.Trained.from_file(tmp_path / "tuned.npz")
+    unchanged = gt.Trained.from_file(tmp_path / "tuned.npz")
+    bert = _MiniLM.embedder()._load()[0].auto_model
+    unchanged.set_tuned(pack_tuned(base_state(bert, 2), base_state(bert, 2)), 2)
+    gt.share_main_vectors([shared, unchanged], TEXTS)
+    cache = gt.VectorCache(None)
+    expected = alone.main_vectors(TEXTS, cache)
+    assert np.abs(shared.main_vectors(TEXTS, cache) - expected).max() < 1e-5
+    assert np.abs(unchanged.main_vectors(TEXTS, cache) - _MiniLM.embed(TEXTS)).max() < 1e-5
+    assert np.abs(expected - _MiniLM.embed(TEXTS)).max() > 1e-3
 
 
 def tuned_weights(path: Path) -> gt.Trained:
