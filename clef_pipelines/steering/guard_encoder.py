@@ -148,7 +148,8 @@ def shared_bottom_vectors(
     order = np.argsort([len(t) for t in texts], kind="stable")
     tokenizer = first._transformer.tokenizer
     with contextlib.ExitStack() as held, torch.inference_mode():
-        for lock in {id(e._lock): e._lock for e in encoders}.values():
+        # Each lock once, in one order, so that two callers cannot wait on each other.
+        for _, lock in sorted({id(e._lock): e._lock for e in encoders}.items()):
             held.enter_context(lock)
         for start in range(0, len(order), batch):
             rows = order[start : start + batch]
