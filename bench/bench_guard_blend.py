@@ -82,13 +82,6 @@ def shared_base(committed: gt.Trained, other: gt.Trained) -> bool:
     )
 
 
-def gated_main_windows(model: gt.Trained, windows: list[str], prefix: np.ndarray) -> list[str]:
-    """The main windows that pass stage 1's gate: the ones the tuned layers read."""
-    logits = gt.stage1_matrix(windows) @ model.w1 + model.b1
-    keep = (logits >= model.gates(prefix)) & ~prefix
-    return [w for w, k in zip(windows, keep, strict=True) if k]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -122,11 +115,14 @@ def main() -> None:
     parts = {}
     for name, rows in splits.items():
         windows, owner, prefix = gt.windows_of(rows, committed.prefix_words)
+        # One stage 1 for every file (``shared_base``), and MiniLM's bottom layers once for
+        # every file's tuned top ones.
+        logits = gt.stage1_matrix(windows) @ committed.w1 + committed.b1
+        gated = (logits >= committed.gates(prefix)) & ~prefix
         files = [committed, *tuned] if committed.tuned_layers else tuned
-        # MiniLM's bottom layers once for every file's tuned top ones.
-        gt.share_main_vectors(files, gated_main_windows(committed, windows, prefix))
-        logits, stage2_committed = committed.window_parts(windows, prefix, cache)
-        stage2_tuned = [model.window_parts(windows, prefix, cache)[1] for model in tuned]
+        gt.share_main_vectors(files, [w for w, g in zip(windows, gated, strict=True) if g])
+        stage2_committed = committed.stage2_logits(windows, prefix, logits, cache)
+        stage2_tuned = [model.stage2_logits(windows, prefix, logits, cache) for model in tuned]
         main = ~np.isnan(stage2_committed) & ~prefix
         parts[name] = (rows, owner, prefix, logits, stage2_committed, stage2_tuned, main)
     prose, groups = gt._validation_sets(parts["val"][0])

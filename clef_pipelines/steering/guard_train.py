@@ -615,6 +615,11 @@ class Trained:
         """Stage-1 logits of every window and the stage-2 logits (NaN where not gated;
         ``prefix`` masks the prefix windows, which have a gate of their own)."""
         logits = stage1_matrix(windows) @ self.w1 + self.b1
+        return logits, self.stage2_logits(windows, prefix, logits, cache)
+
+    def stage2_logits(self, windows, prefix, logits: np.ndarray, cache: VectorCache) -> np.ndarray:  # type: ignore[no-untyped-def]
+        """``window_parts``' stage-2 logits from stage-1 ``logits`` already computed: weights
+        trained on one base share them (``bench/bench_guard_blend.py``)."""
         stage2 = np.full(len(windows), np.nan)
         passed = np.flatnonzero(logits >= self.gates(prefix))
         if passed.size:
@@ -633,7 +638,7 @@ class Trained:
                 stage2[passed[~main]] = (
                     mlp_logits(self.prefix_layers, inputs[~main]) + self.prefix_offset
                 )
-        return logits, stage2
+        return stage2
 
     def combine(self, logits: np.ndarray, stage2: np.ndarray, prefix: np.ndarray) -> np.ndarray:
         lowest_gate = min(self.gate_logit, self.prefix_gate_logit)
