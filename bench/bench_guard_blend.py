@@ -65,23 +65,6 @@ def blended(
     return out
 
 
-def shared_base(committed: gt.Trained, other: gt.Trained) -> bool:
-    """Trained on one ``--base``: the same stage 1, gates and prefix stage, so that only
-    the main stage 2 differs and blending it blends the guards."""
-    return (
-        np.array_equal(committed.w1, other.w1)
-        and committed.b1 == other.b1
-        and committed.gate_logit == other.gate_logit
-        and committed.prefix_words == other.prefix_words
-        and committed.feature_scale == other.feature_scale
-        and all(
-            np.array_equal(a, b)
-            for pa, pb in zip(committed.prefix_layers, other.prefix_layers, strict=True)
-            for a, b in zip(pa, pb, strict=True)
-        )
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -101,7 +84,7 @@ def main() -> None:
     for path, model in zip(args.tuned, tuned, strict=True):
         if not model.tuned_layers:
             parser.error(f"--tuned {path} has no tuned layers")
-        if not shared_base(committed, model):
+        if not committed.shares_base(model):
             parser.error(f"--tuned {path} was not trained on the committed weights' base")
     cache = gt.VectorCache(None)
     demo_texts, demo_where = demo_blocks()
@@ -115,8 +98,8 @@ def main() -> None:
     parts = {}
     for name, rows in splits.items():
         windows, owner, prefix = gt.windows_of(rows, committed.prefix_words)
-        # One stage 1 for every file (``shared_base``), and MiniLM's bottom layers once for
-        # every file's tuned top ones.
+        # One stage 1 for every file (``Trained.shares_base``), and MiniLM's bottom layers
+        # once for every file's tuned top ones.
         logits = gt.stage1_matrix(windows) @ committed.w1 + committed.b1
         gated = (logits >= committed.gates(prefix)) & ~prefix
         files = [committed, *tuned] if committed.tuned_layers else tuned

@@ -549,6 +549,23 @@ class Trained:
             return np.zeros((0, 384), dtype=np.float32)
         return np.stack([self._tuned_vectors[t] for t in texts])
 
+    def shares_base(self, other: Trained) -> bool:
+        """Trained on one ``--base``: the same stage 1, gates and prefix stage, so that only
+        the main stage 2 differs (and blending or averaging it blends the guards)."""
+        return (
+            np.array_equal(self.w1, other.w1)
+            and self.b1 == other.b1
+            and self.gate_logit == other.gate_logit
+            and self.prefix_words == other.prefix_words
+            and self.feature_scale == other.feature_scale
+            and len(self.prefix_layers) == len(other.prefix_layers)
+            and all(
+                np.array_equal(a, b)
+                for pa, pb in zip(self.prefix_layers, other.prefix_layers, strict=True)
+                for a, b in zip(pa, pb, strict=True)
+            )
+        )
+
     def encoder(self):  # type: ignore[no-untyped-def]
         """MiniLM with these weights' tuned top layers, built on first use."""
         if self._encoder is None:
@@ -738,10 +755,13 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
         from clef_pipelines.steering.guard_tune import fit_tuned_stage
 
         fit_tuned_stage(model, examples, cache, args)
-    elif args.tune_rank and model.tuned_layers:
+    elif (args.tune_rank or args.soup) and model.tuned_layers:
         from clef_pipelines.steering.guard_tune import repack_tuned_stage
 
-        repack_tuned_stage(model, examples, cache, args)
+        soup = [Trained.from_file(path) for path in args.soup]
+        repack_tuned_stage(model, examples, cache, args, soup)
+    elif args.soup:
+        raise ValueError(f"--soup needs --base weights with tuned layers; {args.base} has none")
     return model
 
 
@@ -1322,6 +1342,16 @@ def build_parser() -> argparse.ArgumentParser:
         "and choose the threshold again",
     )
     parser.add_argument(
+        "--soup",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="with --base weights that have tuned layers and no --tune-layers: average the "
+        "tuned layers and main stage-2 head of --base and these weights, each trained on the "
+        "same base with the same --tune-seed (a 'model soup': one model's cost), then store "
+        "them at --tune-rank and choose the threshold again",
+    )
+    parser.add_argument(
         "--tune-work",
         type=Path,
         default=Path(".guard-tune"),
@@ -1385,6 +1415,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--source-temperature must be above 0 (1: every injection text the same)")
     if args.tune_layers and args.knn_prototypes:
         parser.error("--tune-layers replaces the main stage 2: leave out --knn-prototypes")
+    if args.soup and (args.tune_layers or not args.base):
+        parser.error("--soup averages --base with other weights: give --base, not --tune-layers")
+    for path in args.soup:
+        if not path.is_file():
+            parser.error(f"--soup: no weights file {path}")
 
     examples = load_all(overlays=args.with_overlays, infodocs=args.with_infodocs)
     if args.fit_validation_injections:

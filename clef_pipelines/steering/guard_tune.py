@@ -384,21 +384,47 @@ def fit_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) 
     )
 
 
-def repack_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) -> None:
+def repack_tuned_stage(
+    model: Any, examples: Sequence[Any], cache: Any, args: Any, soup: Sequence[Any] = ()
+) -> None:
     """Store ``model``'s tuned layers (from ``--base``) again at ``--tune-rank`` (the best
     low-rank product of each matrix's difference from MiniLM) and choose the threshold
-    again on validation: a smaller weights file, if validation recall survives it."""
+    again on validation: a smaller weights file, if validation recall survives it.
+
+    With ``soup`` (``--soup``: more weights trained on the same base), first replace the
+    tuned layers and the main stage-2 head by their average over ``model`` and ``soup``,
+    parameter by parameter: a "model soup" (Wortsman et al., 2022), which can keep much of an
+    ensemble's gain at one model's cost. It only makes sense for models fine-tuned from one
+    start: the layers all start at MiniLM's, and the head's start is set by ``--tune-seed``,
+    so the members must share it (a head from another seed has its hidden units in another
+    order, and averaging those is noise)."""
     from clef_pipelines.steering import guard_train as gt
     from clef_pipelines.steering.guard_encoder import base_state, pack_tuned, unpack_tuned
 
     base = base_state(minilm_model().auto_model, model.tuned_layers)
     state = unpack_tuned(model.tuned_arrays, base)
+    if soup:
+        for other in soup:
+            if other.tuned_layers != model.tuned_layers or not model.shares_base(other):
+                raise ValueError(
+                    "--soup: every file must be trained on --base's base with as many tuned "
+                    f"layers ({model.tuned_layers})"
+                )
+        states = [state, *(unpack_tuned(o.tuned_arrays, base) for o in soup)]
+        state = {name: np.mean([s[name] for s in states], axis=0) for name in state}
+        model.layers = [
+            (
+                np.mean([m.layers[i][0] for m in (model, *soup)], axis=0),
+                np.mean([m.layers[i][1] for m in (model, *soup)], axis=0),
+            )
+            for i in range(len(model.layers))
+        ]
     model.set_tuned(pack_tuned(state, base, args.tune_rank), model.tuned_layers)
     val_rows = gt.evaluation_rows(examples, "val", args.plant_share)
     recall = gt.choose_mix_and_threshold(model, val_rows, cache, args)
     size = sum(a.nbytes for a in model.tuned_arrays.values())
     print(
-        f"tuned layers at rank {args.tune_rank} ({size / 1e6:.1f} MB): threshold "
-        f"{model.threshold:.3f}, val recall {recall:.4f}",
+        f"tuned layers at rank {args.tune_rank} ({size / 1e6:.1f} MB), averaged over "
+        f"{1 + len(soup)} weights: threshold {model.threshold:.3f}, val recall {recall:.4f}",
         file=sys.stderr,
     )

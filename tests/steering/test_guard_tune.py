@@ -31,6 +31,7 @@ from clef_pipelines.steering.guard_tune import (
     layer_state,
     logits_of,
     make_model,
+    repack_tuned_stage,
     sample_weights,
     stage2_training_set,
 )
@@ -54,8 +55,10 @@ def base(sentence_model) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-de
     return base_state(sentence_model[0].auto_model, 2)
 
 
-def perturbed(base: dict[str, np.ndarray], scale: float = 0.02) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
+def perturbed(
+    base: dict[str, np.ndarray], scale: float = 0.02, seed: int = 0
+) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
     return {k: v + scale * rng.standard_normal(v.shape).astype(np.float32) for k, v in base.items()}
 
 
@@ -155,13 +158,13 @@ def test_trained_models_share_main_vectors_they_would_compute_alone(tmp_path) ->
     assert np.abs(expected - _MiniLM.embed(TEXTS)).max() > 1e-3
 
 
-def tuned_weights(path: Path) -> gt.Trained:
+def tuned_weights(path: Path, seed: int = 0) -> gt.Trained:
     """The committed cascade with its main stage 2 replaced by perturbed top 2 layers and a
     head, saved to ``path`` the way the trainer saves them."""
     model = gt.Trained.from_file(WEIGHTS_PATH)
-    net = make_model(TuneSettings(layers=2))
+    net = make_model(TuneSettings(layers=2, seed=seed))
     bert = _MiniLM.embedder()._load()[0].auto_model
-    model.set_tuned(pack_tuned(perturbed(layer_state(net)), base_state(bert, 2)), 2)
+    model.set_tuned(pack_tuned(perturbed(layer_state(net), seed=seed), base_state(bert, 2)), 2)
     model.layers = head_layers(net)
     model.threshold = 0.5
     gt.save(model, path, {"trained": "test"})
@@ -326,6 +329,9 @@ def test_trainer_rejects_bad_tune_options() -> None:
         ["--tune-epochs", "0"],
         ["--tune-rank", "-1"],
         ["--tune-layers", "3", "--knn-prototypes", "8"],
+        ["--soup", str(WEIGHTS_PATH)],
+        ["--base", str(WEIGHTS_PATH), "--tune-layers", "3", "--soup", str(WEIGHTS_PATH)],
+        ["--base", str(WEIGHTS_PATH), "--soup", "no-such-weights.npz"],
     ):
         with pytest.raises(SystemExit):
             gt.main(argv)
@@ -400,3 +406,52 @@ def test_tuned_stage_2_trains_on_gated_windows_and_a_capped_sample_of_help_text(
     assert set(train["sources"]) <= {"slabs", "helpdocs", "scifact"}
     for text, label in zip(train["texts"], train["labels"], strict=True):
         assert label == (text not in help_windows and not text.startswith("The enzyme"))
+
+
+def test_a_soup_averages_tuned_layers_and_head_then_chooses_its_threshold(tmp_path: Path) -> None:
+    """``--soup``: the tuned layers and the main stage-2 head are averaged parameter by
+    parameter over the weights, stored, and the threshold chosen again on validation; a file
+    trained on another base is refused."""
+    import torch
+
+    torch.manual_seed(0)
+    tuned_weights(tmp_path / "a.npz", seed=0)
+    tuned_weights(tmp_path / "b.npz", seed=1)
+    # As the files hold them (the head in float16).
+    first = gt.Trained.from_file(tmp_path / "a.npz")
+    second = gt.Trained.from_file(tmp_path / "b.npz")
+    bert = _MiniLM.embedder()._load()[0].auto_model
+    base = base_state(bert, 2)
+    expected = {
+        name: (value + unpack_tuned(second.tuned_arrays, base)[name]) / 2
+        for name, value in unpack_tuned(first.tuned_arrays, base).items()
+    }
+    examples = [
+        *(Example(t, 0, "scifact", "val") for t in TEXTS[2:]),
+        *(Example(t, 1, "deepset", "val") for t in TEXTS[:2]),
+    ]
+    args = gt.build_parser().parse_args(["--plant-share", "0"])
+    soup = gt.Trained.from_file(tmp_path / "a.npz")
+    soup.threshold = -1.0
+    repack_tuned_stage(soup, examples, gt.VectorCache(None), args, [second])
+    state = unpack_tuned(soup.tuned_arrays, base)
+    assert max(np.abs(state[n] - expected[n]).max() for n in expected) < 2e-3
+    for (w, b), (w1, b1), (w2, b2) in zip(soup.layers, first.layers, second.layers, strict=True):
+        assert np.allclose(w, (w1 + w2) / 2) and np.allclose(b, (b1 + b2) / 2)
+    assert not np.allclose(soup.layers[0][0], first.layers[0][0])
+    assert 0.0 < soup.threshold <= 1.0
+    # Its vectors are the averaged layers', not the first file's.
+    assert (
+        np.abs(
+            soup.main_vectors(TEXTS, gt.VectorCache(None))
+            - first.main_vectors(TEXTS, gt.VectorCache(None))
+        ).max()
+        > 1e-4
+    )
+
+    other = gt.Trained.from_file(tmp_path / "b.npz")
+    other.gate_logit += 1.0
+    with pytest.raises(ValueError, match="--soup"):
+        repack_tuned_stage(
+            gt.Trained.from_file(tmp_path / "a.npz"), examples, gt.VectorCache(None), args, [other]
+        )
