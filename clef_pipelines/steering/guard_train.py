@@ -49,6 +49,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -1348,8 +1349,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="with --base weights that have tuned layers and no --tune-layers: average the "
         "tuned layers and main stage-2 head of --base and these weights, each trained on the "
-        "same base with the same --tune-seed (a 'model soup': one model's cost), then store "
-        "them at --tune-rank and choose the threshold again",
+        "same base (a 'model soup': one model's cost; heads' hidden units matched to --base's "
+        "first), then store them at --tune-rank and choose the threshold again",
     )
     parser.add_argument(
         "--tune-work",
@@ -1404,6 +1405,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _jsonable(value: Any) -> Any:
+    """An option's value as the report's JSON holds it: paths (alone or in a list) as text."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -1443,7 +1453,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "trained": trained,
         "command": "python -m clef_pipelines.steering.guard_train "
         + " ".join(argv or sys.argv[1:]),
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "settings": {k: _jsonable(v) for k, v in vars(args).items()},
         "gate_logit": model.gate_logit,
         "threshold": model.threshold,
         "stage2": model.kind,

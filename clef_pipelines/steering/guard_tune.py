@@ -384,6 +384,30 @@ def fit_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) 
     )
 
 
+def aligned_head(
+    reference: Sequence[tuple[np.ndarray, np.ndarray]],
+    head: Sequence[tuple[np.ndarray, np.ndarray]],
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], float]:
+    """``head`` (a one-hidden-layer MLP as ``head_layers`` gives it) with its hidden units
+    reordered to best match ``reference``'s (the assignment that maximises the summed cosine
+    of each unit's incoming weights and bias): the same function, in an order in which the
+    two can be averaged. Also returns the matched units' mean cosine."""
+    from scipy.optimize import linear_sum_assignment
+
+    if len(reference) != 2 or len(head) != 2 or reference[0][0].shape != head[0][0].shape:
+        raise ValueError("--soup: the heads must be MLPs of one hidden layer of one size")
+
+    def units(layers: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        rows = np.vstack([layers[0][0], layers[0][1][None, :]]).T
+        return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+
+    cosine = units(reference) @ units(head).T
+    _, order = linear_sum_assignment(-cosine)
+    (w0, b0), (w1, b1) = head
+    aligned = [(w0[:, order], b0[order]), (w1[order, :], b1)]
+    return aligned, float(cosine[np.arange(len(order)), order].mean())
+
+
 def repack_tuned_stage(
     model: Any, examples: Sequence[Any], cache: Any, args: Any, soup: Sequence[Any] = ()
 ) -> None:
@@ -395,9 +419,9 @@ def repack_tuned_stage(
     tuned layers and the main stage-2 head by their average over ``model`` and ``soup``,
     parameter by parameter: a "model soup" (Wortsman et al., 2022), which can keep much of an
     ensemble's gain at one model's cost. It only makes sense for models fine-tuned from one
-    start: the layers all start at MiniLM's, and the head's start is set by ``--tune-seed``,
-    so the members must share it (a head from another seed has its hidden units in another
-    order, and averaging those is noise)."""
+    start: the layers all start at MiniLM's, and the head's start is set by ``--tune-seed``.
+    A head from another seed has its hidden units in another order, so each member's are
+    first put in the order that best matches ``model``'s (``aligned_head``)."""
     from clef_pipelines.steering import guard_train as gt
     from clef_pipelines.steering.guard_encoder import base_state, pack_tuned, unpack_tuned
 
@@ -412,10 +436,15 @@ def repack_tuned_stage(
                 )
         states = [state, *(unpack_tuned(o.tuned_arrays, base) for o in soup)]
         state = {name: np.mean([s[name] for s in states], axis=0) for name in state}
+        heads = [model.layers]
+        for other in soup:
+            head, match = aligned_head(model.layers, other.layers)
+            heads.append(head)
+            print(f"  soup: head units matched at mean cosine {match:.3f}", file=sys.stderr)
         model.layers = [
             (
-                np.mean([m.layers[i][0] for m in (model, *soup)], axis=0),
-                np.mean([m.layers[i][1] for m in (model, *soup)], axis=0),
+                np.mean([h[i][0] for h in heads], axis=0),
+                np.mean([h[i][1] for h in heads], axis=0),
             )
             for i in range(len(model.layers))
         ]

@@ -26,6 +26,7 @@ from clef_pipelines.steering.guard_encoder import (
 from clef_pipelines.steering.guard_tune import (
     HiddenCache,
     TuneSettings,
+    aligned_head,
     fit,
     head_layers,
     layer_state,
@@ -436,7 +437,9 @@ def test_a_soup_averages_tuned_layers_and_head_then_chooses_its_threshold(tmp_pa
     repack_tuned_stage(soup, examples, gt.VectorCache(None), args, [second])
     state = unpack_tuned(soup.tuned_arrays, base)
     assert max(np.abs(state[n] - expected[n]).max() for n in expected) < 2e-3
-    for (w, b), (w1, b1), (w2, b2) in zip(soup.layers, first.layers, second.layers, strict=True):
+    # The second head (another seed) joins with its hidden units in the first's order.
+    second_head, _ = aligned_head(first.layers, second.layers)
+    for (w, b), (w1, b1), (w2, b2) in zip(soup.layers, first.layers, second_head, strict=True):
         assert np.allclose(w, (w1 + w2) / 2) and np.allclose(b, (b1 + b2) / 2)
     assert not np.allclose(soup.layers[0][0], first.layers[0][0])
     assert 0.0 < soup.threshold <= 1.0
@@ -455,3 +458,26 @@ def test_a_soup_averages_tuned_layers_and_head_then_chooses_its_threshold(tmp_pa
         repack_tuned_stage(
             gt.Trained.from_file(tmp_path / "a.npz"), examples, gt.VectorCache(None), args, [other]
         )
+
+
+def test_aligned_head_undoes_a_reordering_of_hidden_units_and_keeps_the_function() -> None:
+    head = head_layers(make_model(TuneSettings(layers=1, seed=3)))
+    order = np.random.default_rng(0).permutation(head[0][0].shape[1])
+    shuffled = [(head[0][0][:, order], head[0][1][order]), (head[1][0][order, :], head[1][1])]
+    aligned, match = aligned_head(head, shuffled)
+    assert match == pytest.approx(1.0)
+    for (w, b), (w0, b0) in zip(aligned, head, strict=True):
+        assert np.array_equal(w, w0) and np.array_equal(b, b0)
+    # Another head (another seed) is reordered but computes what it did.
+    other = head_layers(make_model(TuneSettings(layers=1, seed=4)))
+    moved, other_match = aligned_head(head, other)
+    assert other_match < 0.9
+    x = np.random.default_rng(1).standard_normal((7, head[0][0].shape[0])).astype(np.float32)
+    assert np.allclose(gt.mlp_logits(moved, x), gt.mlp_logits(other, x), atol=1e-5)
+    with pytest.raises(ValueError, match="one hidden layer"):
+        aligned_head(head, [*other, other[1]])
+
+
+def test_report_settings_hold_paths_as_text() -> None:
+    assert gt._jsonable([Path("a.npz"), Path("b.npz")]) == ["a.npz", "b.npz"]
+    assert gt._jsonable(Path("x")) == "x" and gt._jsonable(3) == 3
