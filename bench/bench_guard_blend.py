@@ -65,6 +65,13 @@ def blended(
     return out
 
 
+def _is_weight(text: str) -> bool:
+    try:
+        return 0.0 <= float(text) <= 1.0
+    except ValueError:
+        return False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -77,8 +84,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     for b in args.blends:
-        if b not in ("min", "mean") and not 0.0 <= float(b) <= 1.0:
+        if b not in ("min", "mean") and not _is_weight(b):
             parser.error(f"--blends: {b} is neither min, mean nor a weight in [0, 1]")
+    for path in [args.committed, *args.tuned]:
+        if not path.is_file():
+            parser.error(f"no weights file {path}")
     committed = gt.Trained.from_file(args.committed)
     tuned = [gt.Trained.from_file(path) for path in args.tuned]
     for path, model in zip(args.tuned, tuned, strict=True):
