@@ -1,7 +1,7 @@
 """The language a document is written in, for a judge that reads one language well.
 
 The offline guard's encoder (all-MiniLM-L6-v2) is an English model. On clean prose in other
-languages it is no judge: weights v8 quarantine 75% of the translated man-page paragraphs
+languages it is no judge: weights v9 quarantine 75% of the translated man-page paragraphs
 (`bench/bench_guard.py --sources manpages-intl`). With `steering.guard.languages` set, the screen
 asks this module which language each DOCUMENT is in, and the guard leaves documents in other
 languages to Clef; every such paragraph is recorded (`language`, and the run's
