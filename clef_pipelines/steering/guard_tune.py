@@ -426,34 +426,39 @@ def repack_tuned_stage(
     from clef_pipelines.steering.guard_encoder import base_state, pack_tuned, unpack_tuned
 
     base = base_state(minilm_model().auto_model, model.tuned_layers)
-    state = unpack_tuned(model.tuned_arrays, base)
-    if soup:
-        for other in soup:
-            if other.tuned_layers != model.tuned_layers or not model.shares_base(other):
-                raise ValueError(
-                    "--soup: every file must be trained on --base's base with as many tuned "
-                    f"layers ({model.tuned_layers})"
-                )
-        states = [state, *(unpack_tuned(o.tuned_arrays, base) for o in soup)]
-        state = {name: np.mean([s[name] for s in states], axis=0) for name in state}
-        heads = [model.layers]
-        for other in soup:
-            head, match = aligned_head(model.layers, other.layers)
-            heads.append(head)
-            print(f"  soup: head units matched at mean cosine {match:.3f}", file=sys.stderr)
-        model.layers = [
-            (
-                np.mean([h[i][0] for h in heads], axis=0),
-                np.mean([h[i][1] for h in heads], axis=0),
-            )
-            for i in range(len(model.layers))
-        ]
+    state = souped(model, soup, base) if soup else unpack_tuned(model.tuned_arrays, base)
     model.set_tuned(pack_tuned(state, base, args.tune_rank), model.tuned_layers)
     val_rows = gt.evaluation_rows(examples, "val", args.plant_share)
     recall = gt.choose_mix_and_threshold(model, val_rows, cache, args)
     size = sum(a.nbytes for a in model.tuned_arrays.values())
+    averaged = f", averaged over {1 + len(soup)} weights" if soup else ""
     print(
-        f"tuned layers at rank {args.tune_rank} ({size / 1e6:.1f} MB), averaged over "
-        f"{1 + len(soup)} weights: threshold {model.threshold:.3f}, val recall {recall:.4f}",
+        f"tuned layers at rank {args.tune_rank} ({size / 1e6:.1f} MB){averaged}: threshold "
+        f"{model.threshold:.3f}, val recall {recall:.4f}",
         file=sys.stderr,
     )
+
+
+def souped(model: Any, soup: Sequence[Any], base: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The tuned layers' state dict averaged over ``model`` and ``soup`` (``base``: MiniLM's
+    own layers); ``model``'s main stage-2 head becomes the average of the heads, each put in
+    ``model``'s order of hidden units first (``aligned_head``)."""
+    from clef_pipelines.steering.guard_encoder import unpack_tuned
+
+    for other in soup:
+        if other.tuned_layers != model.tuned_layers or not model.shares_base(other):
+            raise ValueError(
+                "--soup: every file must be trained on --base's base with as many tuned "
+                f"layers ({model.tuned_layers})"
+            )
+    states = [unpack_tuned(m.tuned_arrays, base) for m in (model, *soup)]
+    heads = [model.layers]
+    for other in soup:
+        head, match = aligned_head(model.layers, other.layers)
+        heads.append(head)
+        print(f"  soup: head units matched at mean cosine {match:.3f}", file=sys.stderr)
+    model.layers = [
+        (np.mean([h[i][0] for h in heads], axis=0), np.mean([h[i][1] for h in heads], axis=0))
+        for i in range(len(model.layers))
+    ]
+    return {name: np.mean([s[name] for s in states], axis=0) for name in states[0]}
