@@ -162,8 +162,12 @@ def test_trained_models_share_main_vectors_they_would_compute_alone(tmp_path) ->
 def tuned_weights(path: Path, seed: int = 0) -> gt.Trained:
     """The committed cascade with its main stage 2 replaced by perturbed top 2 layers and a
     head, saved to ``path`` the way the trainer saves them."""
+    import torch
+
     model = gt.Trained.from_file(WEIGHTS_PATH)
-    net = make_model(TuneSettings(layers=2, seed=seed))
+    # The head's start, as ``fit`` seeds it (``make_model`` draws from torch's generator).
+    torch.manual_seed(seed)
+    net = make_model(TuneSettings(layers=2))
     bert = _MiniLM.embedder()._load()[0].auto_model
     model.set_tuned(pack_tuned(perturbed(layer_state(net), seed=seed), base_state(bert, 2)), 2)
     model.layers = head_layers(net)
@@ -413,9 +417,6 @@ def test_a_soup_averages_tuned_layers_and_head_then_chooses_its_threshold(tmp_pa
     """``--soup``: the tuned layers and the main stage-2 head are averaged parameter by
     parameter over the weights, stored, and the threshold chosen again on validation; a file
     trained on another base is refused."""
-    import torch
-
-    torch.manual_seed(0)
     tuned_weights(tmp_path / "a.npz", seed=0)
     tuned_weights(tmp_path / "b.npz", seed=1)
     # As the files hold them (the head in float16).
@@ -461,7 +462,10 @@ def test_a_soup_averages_tuned_layers_and_head_then_chooses_its_threshold(tmp_pa
 
 
 def test_aligned_head_undoes_a_reordering_of_hidden_units_and_keeps_the_function() -> None:
-    head = head_layers(make_model(TuneSettings(layers=1, seed=3)))
+    import torch
+
+    torch.manual_seed(3)
+    head = head_layers(make_model(TuneSettings(layers=1)))
     order = np.random.default_rng(0).permutation(head[0][0].shape[1])
     shuffled = [(head[0][0][:, order], head[0][1][order]), (head[1][0][order, :], head[1][1])]
     aligned, match = aligned_head(head, shuffled)
@@ -469,7 +473,8 @@ def test_aligned_head_undoes_a_reordering_of_hidden_units_and_keeps_the_function
     for (w, b), (w0, b0) in zip(aligned, head, strict=True):
         assert np.array_equal(w, w0) and np.array_equal(b, b0)
     # Another head (another seed) is reordered but computes what it did.
-    other = head_layers(make_model(TuneSettings(layers=1, seed=4)))
+    torch.manual_seed(4)
+    other = head_layers(make_model(TuneSettings(layers=1)))
     moved, other_match = aligned_head(head, other)
     assert other_match < 0.9
     x = np.random.default_rng(1).standard_normal((7, head[0][0].shape[0])).astype(np.float32)
