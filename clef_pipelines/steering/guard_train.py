@@ -567,6 +567,11 @@ class Trained:
             )
         )
 
+    def soups_with(self, other: Trained) -> bool:
+        """``other`` can join these weights in a soup (``--soup``): as many tuned layers, on
+        the same base."""
+        return other.tuned_layers == self.tuned_layers and self.shares_base(other)
+
     def encoder(self):  # type: ignore[no-untyped-def]
         """MiniLM with these weights' tuned top layers, built on first use."""
         if self._encoder is None:
@@ -762,8 +767,23 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
         soup = [Trained.from_file(path) for path in args.soup]
         repack_tuned_stage(model, examples, cache, args, soup)
     elif args.soup:
-        raise ValueError(f"--soup needs --base weights with tuned layers; {args.base} has none")
+        raise ValueError(soup_refusal(args.base, args.soup))
     return model
+
+
+def soup_refusal(base: Path, soup: Sequence[Path]) -> str | None:
+    """Why ``--soup`` cannot average these files with ``--base``, or None. ``main`` asks before
+    the training data loads (minutes), so a wrong file is refused at once."""
+    model = Trained.from_file(base)
+    if not model.tuned_layers:
+        return f"--soup needs --base weights with tuned layers; {base} has none"
+    for path in soup:
+        if not model.soups_with(Trained.from_file(path)):
+            return (
+                f"--soup: {path} is not trained on the base of {base} with "
+                f"{model.tuned_layers} tuned layers"
+            )
+    return None
 
 
 def fit_knn_stage(
@@ -1430,6 +1450,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     for path in args.soup:
         if not path.is_file():
             parser.error(f"--soup: no weights file {path}")
+    if args.soup and (refusal := soup_refusal(args.base, args.soup)):
+        parser.error(refusal)
 
     examples = load_all(overlays=args.with_overlays, infodocs=args.with_infodocs)
     if args.fit_validation_injections:

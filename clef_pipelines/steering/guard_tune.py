@@ -446,7 +446,7 @@ def souped(model: Any, soup: Sequence[Any], base: dict[str, np.ndarray]) -> dict
     from clef_pipelines.steering.guard_encoder import unpack_tuned
 
     for other in soup:
-        if other.tuned_layers != model.tuned_layers or not model.shares_base(other):
+        if not model.soups_with(other):
             raise ValueError(
                 "--soup: every file must be trained on --base's base with as many tuned "
                 f"layers ({model.tuned_layers})"

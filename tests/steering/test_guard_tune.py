@@ -483,6 +483,35 @@ def test_aligned_head_undoes_a_reordering_of_hidden_units_and_keeps_the_function
         aligned_head(head, [*other, other[1]])
 
 
+def test_a_soup_that_cannot_be_averaged_is_refused_before_the_training_data_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--soup`` checks its files in ``main``: weights without tuned layers as ``--base``, or
+    a file trained on another base, end in the parser's message naming the file, before
+    ``load_all`` (minutes of data) runs."""
+
+    def no_data(**_: object) -> None:
+        raise AssertionError("the training data was loaded before the refusal")
+
+    monkeypatch.setattr(gt, "load_all", no_data)
+    untuned = gt.Trained.from_file(WEIGHTS_PATH)
+    untuned.set_tuned({}, 0)
+    untuned_path = tmp_path / "untuned.npz"
+    gt.save(untuned, untuned_path, {"trained": "test"})
+    other_base = gt.Trained.from_file(WEIGHTS_PATH)
+    other_base.gate_logit += 1.0
+    other_path = tmp_path / "other-base.npz"
+    gt.save(other_base, other_path, {"trained": "test"})
+    for argv, named in (
+        (["--base", str(untuned_path), "--soup", str(WEIGHTS_PATH)], untuned_path),
+        (["--base", str(WEIGHTS_PATH), "--soup", str(WEIGHTS_PATH), str(other_path)], other_path),
+    ):
+        with pytest.raises(SystemExit):
+            gt.main(argv)
+        assert str(named) in capsys.readouterr().err
+    assert gt.soup_refusal(WEIGHTS_PATH, [WEIGHTS_PATH]) is None
+
+
 def test_report_settings_hold_paths_as_text() -> None:
     assert gt._jsonable([Path("a.npz"), Path("b.npz")]) == ["a.npz", "b.npz"]
     assert gt._jsonable(Path("x")) == "x" and gt._jsonable(3) == 3
