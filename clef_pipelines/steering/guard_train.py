@@ -66,6 +66,8 @@ from clef_pipelines.steering.guard_data import (
     INJECTION_SOURCES,
     PARAGRAPH_SOURCES,
     Example,
+    awsdocs_provenance,
+    botocore_data,
     helpdocs_provenance,
     infodocs_provenance,
     load_all,
@@ -82,9 +84,9 @@ BUCKETS = 1 << 18
 #: "document", "note"), while stage 2, which also sees the vector, is where hard negatives of
 #: imperative prose for a human reader belong. Encyclopedic narrative (``wikipedia``) is
 #: stage 2's too: stage 1 from weights v5 stays as it is.
-STAGE2_ONLY_SOURCES = ("helpdocs", "manpages", "wikipedia", "infodocs")
+STAGE2_ONLY_SOURCES = ("helpdocs", "manpages", "wikipedia", "infodocs", "awsdocs")
 #: Technical and help docs: the benign prose of imperatives addressed to a human reader.
-DOC_SOURCES = ("pydocs", "pkgdocs", "helpdocs", "manpages", "infodocs")
+DOC_SOURCES = ("pydocs", "pkgdocs", "helpdocs", "manpages", "infodocs", "awsdocs")
 
 
 # -- MiniLM vectors, cached by text ---------------------------------------------------------
@@ -1409,6 +1411,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(guard_data.load_infodocs: stage-2 negatives of admin help text, and a prose source "
         "of the threshold rule)",
     )
+    parser.add_argument(
+        "--awsdocs",
+        type=Path,
+        metavar="DIR",
+        help="also train, choose and report on the AWS API reference in botocore's service "
+        "models, installed into DIR for training only (pip install --no-deps --target DIR "
+        "botocore==1.43.11; guard_data.load_awsdocs: stage-2 negatives of admin prose about "
+        "secrets, keys and audit trails, and a prose source of the threshold rule)",
+    )
     parser.add_argument("--loso", action="store_true", help="also leave each source out")
     parser.add_argument(
         "--stage2-cached-only",
@@ -1452,8 +1463,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(f"--soup: no weights file {path}")
     if args.soup and (refusal := soup_refusal(args.base, args.soup)):
         parser.error(refusal)
+    if args.awsdocs and not botocore_data(args.awsdocs).is_dir():
+        parser.error(f"--awsdocs: no botocore/data in {args.awsdocs}")
 
-    examples = load_all(overlays=args.with_overlays, infodocs=args.with_infodocs)
+    examples = load_all(
+        overlays=args.with_overlays, infodocs=args.with_infodocs, awsdocs=args.awsdocs
+    )
     if args.fit_validation_injections:
         examples = with_validation_injections(examples)
     cache = VectorCache(args.cache)
@@ -1487,6 +1502,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     if args.with_infodocs:
         result["infodocs_provenance"] = infodocs_provenance()
+    if args.awsdocs:
+        result["awsdocs_provenance"] = awsdocs_provenance(args.awsdocs)
     if args.loso:
         result["leave_one_source_out"] = leave_one_source_out(examples, cache, args)
     if args.report:

@@ -515,6 +515,21 @@ def test_a_soup_that_cannot_be_averaged_is_refused_before_the_training_data_load
     assert gt.soup_refusal(WEIGHTS_PATH, [WEIGHTS_PATH]) is None
 
 
+def test_awsdocs_without_botocore_is_refused_before_the_training_data_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--awsdocs DIR`` names where botocore was installed; a folder without its service
+    models ends in the parser's message naming the folder, before ``load_all`` runs."""
+
+    def no_data(**_: object) -> None:
+        raise AssertionError("the training data was loaded before the refusal")
+
+    monkeypatch.setattr(gt, "load_all", no_data)
+    with pytest.raises(SystemExit):
+        gt.main(["--awsdocs", str(tmp_path)])
+    assert f"no botocore/data in {tmp_path}" in capsys.readouterr().err
+
+
 def test_report_settings_hold_paths_as_text() -> None:
     assert gt._jsonable([Path("a.npz"), Path("b.npz")]) == ["a.npz", "b.npz"]
     assert gt._jsonable(Path("x")) == "x" and gt._jsonable(3) == 3
