@@ -900,13 +900,17 @@ def _service_docs(model: dict) -> Iterator[str]:  # type: ignore[type-arg]
             yield member.get("documentation", "")
 
 
+@functools.cache
 def awsdocs_by_service(root: Path) -> dict[str, tuple[str, ...]]:
     """Service -> prose paragraphs of its newest API model under ``root`` (botocore's
-    ``data`` folder), at most ``AWSDOCS_PER_SERVICE`` (picked by hash)."""
+    ``data`` folder), at most ``AWSDOCS_PER_SERVICE`` (picked by hash); read once per process
+    (``load_awsdocs`` and ``awsdocs_provenance`` both need it, 20 s for botocore's 424)."""
     import gzip
 
+    if not root.is_dir():
+        return {}
     out = {}
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         models = sorted(folder.glob("*/service-2.json.gz"))
         if not models:
             continue
