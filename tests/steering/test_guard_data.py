@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from pathlib import Path
 from xml.sax.saxutils import escape
 
 import pytest
@@ -361,8 +362,8 @@ def _service_model(documentation: str, operation: str, member: str) -> bytes:
 
 
 def test_aws_service_models_give_their_documentation_prose_from_the_newest_version(
-    tmp_path,
-) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+) -> None:
     """``awsdocs``: each service's newest model only; HTML split at block tags, inline tags
     dropped, entities decoded; short fragments, paragraphs about prompt injection and text
     addressed to a model left out; every row benign, split by service; the provenance names
