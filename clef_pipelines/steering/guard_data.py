@@ -945,12 +945,13 @@ def awsdocs_provenance(target: Path) -> dict[str, str | int]:
     """botocore's version and licence, and how many services and paragraphs it gave."""
     from importlib import metadata
 
-    dist = next(metadata.distributions(path=[str(target)], name="botocore"))
+    # No dist-info beside the models (a copied data folder): say so rather than fail the report.
+    dist = next(iter(metadata.distributions(path=[str(target)], name="botocore")), None)
     services = awsdocs_by_service(botocore_data(target))
     return {
         "package": "botocore",
-        "version": dist.version,
-        "licence": _declared_licence(dist),
+        "version": dist.version if dist else "unknown",
+        "licence": _declared_licence(dist) if dist else "unknown",
         "services": len(services),
         "paragraphs": sum(len(p) for p in services.values()),
     }

@@ -417,3 +417,7 @@ def test_aws_service_models_give_their_documentation_prose_from_the_newest_versi
         "paragraphs": 2,
     }
     assert guard_data.load_awsdocs(tmp_path / "missing") == []
+    copied = tmp_path / "copied"
+    (copied / "botocore").mkdir(parents=True)
+    (copied / "botocore" / "data").symlink_to(data)
+    assert guard_data.awsdocs_provenance(copied)["version"] == "unknown"
