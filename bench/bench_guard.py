@@ -379,6 +379,10 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
     from clef_pipelines.steering.guard import InjectionGuard
+    from clef_pipelines.steering.guard_data import awsdocs_refusal
+
+    if args.awsdocs and (refusal := awsdocs_refusal(args.awsdocs)):
+        parser.error(refusal)
 
     guard = InjectionGuard.from_file(args.weights) if args.weights else InjectionGuard.load()
     print(f"guard {guard.version}, threshold {guard.threshold:.3f}\n")

@@ -926,6 +926,15 @@ def botocore_data(target: Path) -> Path:
     return target / "botocore" / "data"
 
 
+def awsdocs_refusal(target: Path) -> str | None:
+    """Why ``--awsdocs DIR`` (``guard_train``, ``bench_guard.py``) cannot read the AWS
+    reference from ``target``, or None: a wrong folder would otherwise train or report
+    without the source in silence."""
+    if botocore_data(target).is_dir():
+        return None
+    return f"--awsdocs: no botocore/data in {target}"
+
+
 def load_awsdocs(target: Path) -> list[Example]:
     """Prose paragraphs of the AWS API reference that ships inside the PyPI package
     ``botocore`` (its service models' documentation, Apache-2.0), installed for training only

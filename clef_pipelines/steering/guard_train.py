@@ -67,7 +67,7 @@ from clef_pipelines.steering.guard_data import (
     PARAGRAPH_SOURCES,
     Example,
     awsdocs_provenance,
-    botocore_data,
+    awsdocs_refusal,
     helpdocs_provenance,
     infodocs_provenance,
     load_all,
@@ -1463,8 +1463,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(f"--soup: no weights file {path}")
     if args.soup and (refusal := soup_refusal(args.base, args.soup)):
         parser.error(refusal)
-    if args.awsdocs and not botocore_data(args.awsdocs).is_dir():
-        parser.error(f"--awsdocs: no botocore/data in {args.awsdocs}")
+    if args.awsdocs and (refusal := awsdocs_refusal(args.awsdocs)):
+        parser.error(refusal)
 
     examples = load_all(
         overlays=args.with_overlays, infodocs=args.with_infodocs, awsdocs=args.awsdocs

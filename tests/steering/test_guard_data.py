@@ -421,3 +421,20 @@ def test_aws_service_models_give_their_documentation_prose_from_the_newest_versi
     (copied / "botocore").mkdir(parents=True)
     (copied / "botocore" / "data").symlink_to(data)
     assert guard_data.awsdocs_provenance(copied)["version"] == "unknown"
+
+
+def test_bench_guard_refuses_an_awsdocs_folder_without_botocore(tmp_path: Path) -> None:
+    """``bench_guard.py --awsdocs DIR`` ends in the same message as ``guard_train``'s when
+    DIR holds no botocore models, rather than a table without the source."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(repo / "bench" / "bench_guard.py"), "--awsdocs", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert f"--awsdocs: no botocore/data in {tmp_path}" in done.stderr
