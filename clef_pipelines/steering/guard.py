@@ -16,7 +16,8 @@ short windows of whole sentences and scored in two stages:
    main windows' vectors come through those layers, at the same cost as MiniLM's own.
 
 A paragraph's score is the highest score of its windows (each sentence, each adjacent pair,
-the whole text when short; see ``text_windows``), so one planted sentence inside an otherwise
+the whole text when short; see ``text_windows``; a sentence about an "it" named in the one
+before is read only in that pair), so one planted sentence inside an otherwise
 clean paragraph still lifts it, undiluted by the prose around it. When an encoding hides part
 of the text (escapes, percent codes, base64, look-alike letters; ``deobfuscate``), the windows
 of its decoded reading count too (``main_windows``). Weights v5 on add
@@ -103,15 +104,30 @@ def guard_units(text: str) -> list[str]:
     return out
 
 
+#: A sentence whose first three words hold "it" or "them" is about something named before it
+#: ("Store it in your secret manager", "Export them as JSON"): see ``refers_back``.
+_REFERS_BACK = re.compile(r"^\W*(?:\S+\s+){0,2}?(?:it|them)\b", re.IGNORECASE)
+
+
+def refers_back(sentence: str) -> bool:
+    """Whether ``sentence`` leans on the one before it: "it" or "them" among its first three
+    words. Read alone, such a sentence loses what it is about, and an imperative about an
+    unnamed "it" is what an exfiltration order looks like ("Export it as JSON lines for your
+    SIEM" scored 0.90 alone under weights v9, 0.40 with the sentence naming the audit log)."""
+    return bool(_REFERS_BACK.match(sentence))
+
+
 def text_windows(text: str, window_words: int) -> list[str]:
-    """The windows a text is scored on: each sentence (``guard_units``), each pair of adjacent
-    sentences, and the whole text when it has more than two sentences but at most
-    ``window_words`` words.
+    """The windows a text is scored on: each sentence (``guard_units``) except one that
+    ``refers_back`` to the sentence before it, each pair of adjacent sentences, and the whole
+    text when it has more than two sentences but at most ``window_words`` words.
 
     One sentence alone is the unit because a planted instruction is usually a sentence or two:
     packed with clean prose it is diluted. Pairs catch an instruction split over two sentences,
     and the whole short text matches the one- to three-sentence prompts of the training data.
-    A sentence longer than ``window_words`` words is cut into runs of that many words. Blank
+    A sentence that refers back is read only in its pair with the sentence it refers to, as a
+    person reads it; the first sentence of a text has nothing before it and stays a window. A
+    sentence longer than ``window_words`` words is cut into runs of that many words. Blank
     text gives no window (and scores 0).
     """
     units: list[str] = []
@@ -119,7 +135,7 @@ def text_windows(text: str, window_words: int) -> list[str]:
         words = _WORD.findall(sentence)
         for start in range(0, len(words), window_words):
             units.append(" ".join(words[start : start + window_words]))
-    windows = list(units)
+    windows = [unit for i, unit in enumerate(units) if i == 0 or not refers_back(unit)]
     windows += [f"{a} {b}" for a, b in zip(units, units[1:], strict=False)]
     if len(units) > 2 and sum(u.count(" ") + 1 for u in units) <= window_words:
         windows.append(" ".join(units))
@@ -310,10 +326,11 @@ class InjectionGuard:
 
     @property
     def version(self) -> str:
-        """Names exactly what scores a text: the weights, and ``+decoded``: each text's decoded
-        reading is scored too (``main_windows``). Cached scores are keyed by it, so scores from
-        before decoding are not reused."""
-        return self.weights_version + "+decoded"
+        """Names exactly what scores a text: the weights, ``+decoded``: each text's decoded
+        reading is scored too (``main_windows``), and ``+backref``: a sentence that
+        ``refers_back`` is read only with the one before it (``text_windows``). Cached scores
+        are keyed by it, so scores from an earlier reading are not reused."""
+        return self.weights_version + "+decoded+backref"
 
     @classmethod
     def from_file(cls, path: Path) -> InjectionGuard:
