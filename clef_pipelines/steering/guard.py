@@ -113,7 +113,9 @@ def refers_back(sentence: str) -> bool:
     """Whether ``sentence`` leans on the one before it: "it" or "them" among its first three
     words. Read alone, such a sentence loses what it is about, and an imperative about an
     unnamed "it" is what an exfiltration order looks like ("Export it as JSON lines for your
-    SIEM" scored 0.90 alone under weights v9, 0.40 with the sentence naming the audit log)."""
+    SIEM" scored 0.90 alone under weights v9, 0.40 with the sentence naming the audit log).
+    The same notion as the ``refers_back`` question of Clef chunking (``clef_chunking``),
+    answered here by a word rule, since the guard runs without Clef."""
     return bool(_REFERS_BACK.match(sentence))
 
 
