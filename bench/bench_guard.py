@@ -159,17 +159,20 @@ def operating_points(
         + " |",
         "|---|---|" + "---|" * len(prose),
     ]
-    # The trainer's rule (guard_train --max-false-quarantine 0.01) on these rows: the lowest
-    # threshold that quarantines at most 1% of each prose source. On validation rows it is the
-    # threshold the trainer would pick.
-    rule = max((_threshold_for(by_source[s][0], 0.01) for s in prose), default=committed)
-    rule = committed if abs(rule - committed) < 5e-4 else rule  # one row when they agree
-    for t in sorted({*thresholds, committed, rule}, reverse=True):
+    # The trainer's rule on these rows, at half the goal's budget and at the goal's own
+    # (guard_train --max-false-quarantine 0.01 / 0.02): the lowest threshold that quarantines
+    # at most that share of each prose source. On validation rows it is the trainer's pick.
+    rules = {}
+    for budget in (0.01, 0.02):
+        rule = max((_threshold_for(by_source[s][0], budget) for s in prose), default=committed)
+        rules.setdefault(committed if abs(rule - committed) < 5e-4 else rule, []).append(budget)
+    for t in sorted({*thresholds, committed, *rules}, reverse=True):
         caught = [(sc[lb == 1] >= t).mean() for sc, lb in map(by_source.get, injection)]
         recall = f"{np.mean(caught):.3f}" if caught else "-"
         rates = [f"{(by_source[s][0] >= t).mean():.4f}" for s in prose]
         name = f"**{t:.3f}** (the weights')" if t == committed else f"{t:.3f}"
-        name += " (at most 1% of each prose source here)" if t == rule else ""
+        for budget in rules.get(t, []):
+            name += f" (at most {budget:.0%} of each prose source here)"
         lines.append(f"| {name} | {recall} | " + " | ".join(rates) + " |")
     return "\n".join(lines)
 

@@ -518,3 +518,31 @@ def test_google_discovery_documents_give_their_descriptions_as_held_out_prose(
     assert guard_data.load_googleapis(tmp_path / "missing") == []
     assert guard_data.googleapis_refusal(tmp_path / "missing") is not None
     assert guard_data.googleapis_refusal(tmp_path) is None
+
+
+def test_bench_operating_points_mark_the_trainers_rule_at_both_budgets() -> None:
+    """``bench_guard.py --thresholds``: the rows of the trainer's rule at 1% and at 2% of each
+    prose source are marked beside the weights' own and the asked thresholds, with each
+    row's mean recall and false quarantines computed at that threshold."""
+    import importlib.util
+
+    import numpy as np
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "bench_guard.py"
+    spec = importlib.util.spec_from_file_location("bench_guard_under_test", path)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    prose = np.arange(200) * 0.005  # 0 .. 0.995: 1% is the top 2, 2% the top 4
+    by_source = {
+        "attacks": (np.array([0.99, 0.98, 0.5]), np.array([1, 1, 1])),
+        "docs": (prose, np.zeros(200, dtype=int)),
+    }
+    rows = bench.operating_points(by_source, [0.8], committed=0.9).splitlines()[2:]
+    assert rows == [
+        "| 0.985 (at most 1% of each prose source here) | 0.333 | 0.0100 |",
+        "| 0.975 (at most 2% of each prose source here) | 0.667 | 0.0200 |",
+        "| **0.900** (the weights') | 0.667 | 0.1000 |",
+        "| 0.800 | 0.667 | 0.2000 |",
+    ]
