@@ -718,11 +718,19 @@ def share_main_vectors(models: Sequence[Trained], texts: Sequence[str]) -> None:
     )
 
 
+#: How far above the highest score it keeps a threshold is set. The trainer's arithmetic and
+#: the guard's differ in the last digits (batched MiniLM in float32): on v10's validation rows
+#: one help-docs paragraph scored 0.793866 here and 0.793885 in the guard, so a threshold
+#: 1e-6 above it let the guard flag one paragraph more than the budget allows.
+THRESHOLD_MARGIN = 1e-3
+
+
 def _threshold_for(scores: np.ndarray, rate: float) -> float:
-    """The lowest threshold that flags at most ``rate`` of these (benign) scores."""
+    """The lowest threshold that flags at most ``rate`` of these (benign) scores, with
+    ``THRESHOLD_MARGIN`` to spare."""
     ordered = np.sort(scores)[::-1]
     allowed = int(np.floor(rate * len(ordered)))
-    return float(ordered[allowed]) + 1e-6 if allowed < len(ordered) else 0.5
+    return float(ordered[allowed]) + THRESHOLD_MARGIN if allowed < len(ordered) else 0.5
 
 
 def with_validation_injections(examples: Sequence[Example]) -> list[Example]:
