@@ -401,6 +401,10 @@ def main() -> None:
 
     guard = InjectionGuard.from_file(args.weights) if args.weights else InjectionGuard.load()
     print(f"guard {guard.version}, threshold {guard.threshold:.3f}\n")
+    if args.googleapis:
+        from clef_pipelines.steering.guard_data import googleapis_provenance
+
+        print(f"Google API reference: {googleapis_provenance(args.googleapis)}\n")
     if not args.skip_quality:
         table = quality_table(
             guard,
