@@ -878,6 +878,31 @@ def infodocs_provenance() -> dict[str, dict[str, str | int]]:
     }
 
 
+def _installed_package(target: Path, name: str) -> dict[str, str]:
+    """The name, version and licence of a package installed into ``target`` (``pip install
+    --target``). No dist-info there (a copied data folder): "unknown", rather than fail the
+    report."""
+    from importlib import metadata
+
+    dist = next(iter(metadata.distributions(path=[str(target)], name=name)), None)
+    return {
+        "package": name,
+        "version": dist.version if dist else "unknown",
+        "licence": _declared_licence(dist) if dist else "unknown",
+    }
+
+
+def _package_json(path: Path) -> dict:  # type: ignore[type-arg]
+    """A (gzipped) JSON file of an installed package, or a ValueError that names it."""
+    import gzip
+
+    try:
+        raw = path.read_bytes()
+        return json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)  # type: ignore[no-any-return]
+    except (OSError, EOFError, ValueError) as e:
+        raise ValueError(f"{path}: not a readable JSON file ({e})") from e
+
+
 AWSDOCS_PER_SERVICE = 60
 #: Block-level tags of the service models' documentation HTML: a paragraph ends at each.
 _HTML_BLOCK = re.compile(r"</?(?:p|li|ul|ol|note|important|fullname|br|dl|dt|dd|h\d)\b[^>]*>", re.I)
@@ -911,8 +936,6 @@ def awsdocs_by_service(root: Path) -> dict[str, tuple[str, ...]]:
     """Service -> prose paragraphs of its newest API model under ``root`` (botocore's
     ``data`` folder), at most ``AWSDOCS_PER_SERVICE`` (picked by hash); read once per process
     (``load_awsdocs`` and ``awsdocs_provenance`` both need it, 20 s for botocore's 424)."""
-    import gzip
-
     if not root.is_dir():
         return {}
     out = {}
@@ -920,7 +943,7 @@ def awsdocs_by_service(root: Path) -> dict[str, tuple[str, ...]]:
         models = sorted(folder.glob("*/service-2.json.gz"))
         if not models:
             continue
-        model = json.loads(gzip.decompress(models[-1].read_bytes()))
+        model = _package_json(models[-1])
         texts = [t for doc in _service_docs(model) for t in _html_paragraphs(doc)]
         if picked := _picked_by_hash(dict.fromkeys(texts), AWSDOCS_PER_SERVICE):
             out[folder.name] = tuple(picked)
@@ -958,15 +981,9 @@ def load_awsdocs(target: Path) -> list[Example]:
 
 def awsdocs_provenance(target: Path) -> dict[str, str | int]:
     """botocore's version and licence, and how many services and paragraphs it gave."""
-    from importlib import metadata
-
-    # No dist-info beside the models (a copied data folder): say so rather than fail the report.
-    dist = next(iter(metadata.distributions(path=[str(target)], name="botocore")), None)
     services = awsdocs_by_service(botocore_data(target))
     return {
-        "package": "botocore",
-        "version": dist.version if dist else "unknown",
-        "licence": _declared_licence(dist) if dist else "unknown",
+        **_installed_package(target, "botocore"),
         "services": len(services),
         "paragraphs": sum(len(p) for p in services.values()),
     }
@@ -1007,7 +1024,7 @@ def googleapis_by_api(root: Path) -> dict[str, tuple[str, ...]]:
     ``GOOGLEAPIS_PER_API`` picked by hash."""
     texts: dict[str, list[str]] = {}
     for path in sorted(root.glob("*.json")) if root.is_dir() else []:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = _package_json(path)
         api = texts.setdefault(document.get("name") or path.name.split(".")[0], [])
         api += [t for doc in _descriptions(document) for t in _markdown_paragraphs(doc)]
     return {
@@ -1045,15 +1062,9 @@ def load_googleapis(target: Path) -> list[Example]:
 
 def googleapis_provenance(target: Path) -> dict[str, str | int]:
     """The package's version and licence, and how many APIs and paragraphs it gave."""
-    from importlib import metadata
-
-    name = "google-api-python-client"
-    dist = next(iter(metadata.distributions(path=[str(target)], name=name)), None)
     apis = googleapis_by_api(discovery_documents(target))
     return {
-        "package": name,
-        "version": dist.version if dist else "unknown",
-        "licence": _declared_licence(dist) if dist else "unknown",
+        **_installed_package(target, "google-api-python-client"),
         "apis": len(apis),
         "paragraphs": sum(len(p) for p in apis.values()),
     }

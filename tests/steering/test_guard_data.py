@@ -546,3 +546,18 @@ def test_bench_operating_points_mark_the_trainers_rule_at_both_budgets() -> None
         "| **0.900** (the weights') | 0.667 | 0.1000 |",
         "| 0.800 | 0.667 | 0.2000 |",
     ]
+
+
+def test_a_broken_reference_file_is_named(tmp_path: Path) -> None:
+    """A discovery document or service model that is not JSON stops the loader with an error
+    naming the file, rather than a bare decoder error or a source with rows missing."""
+    documents = tmp_path / "googleapiclient" / "discovery_cache" / "documents"
+    documents.mkdir(parents=True)
+    (documents / "broken.v1.json").write_text('{"name": "broken", "description": ')
+    with pytest.raises(ValueError, match=r"broken\.v1\.json: not a readable JSON file"):
+        guard_data.load_googleapis(tmp_path)
+    model = tmp_path / "botocore" / "data" / "s3" / "2006-03-01" / "service-2.json.gz"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(b"not gzip")
+    with pytest.raises(ValueError, match=r"service-2\.json\.gz: not a readable JSON file"):
+        guard_data.load_awsdocs(tmp_path)
