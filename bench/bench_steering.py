@@ -410,7 +410,7 @@ def bench_guard(docs: int, pairs: int) -> list[str]:
         corpus = _scifact_head(root, docs)
         times: dict[str, list[float]] = {"off": [], "on": []}
         # Load MiniLM (and the guard) once before timing, so neither run pays the import.
-        from clef_pipelines.steering.runtime import load_guard
+        from clef_pipelines.guard.loading import load_guard
 
         load_guard()
         for n in range(pairs):
@@ -433,7 +433,7 @@ def bench_guard_change(docs: int) -> list[str]:
     on, run again unchanged, then run with other weights (the package's under another name, so
     a new guard version that decides alike): every document is re-screened, and chunks whose
     text is unchanged keep their vectors."""
-    from clef_pipelines.steering.runtime import load_guard
+    from clef_pipelines.guard.loading import load_guard
     from clef_pipelines.testing.guard_weights import weights_copy
 
     with tempfile.TemporaryDirectory(prefix="bench-guard-change-") as tmp:

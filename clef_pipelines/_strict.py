@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+
+#: A stage's mode: `on` asks and acts; `shadow` asks and records what it would have done but
+#: acts as `off`; `off` asks nothing.
+Mode = Literal["on", "shadow", "off"]
 
 # Source and dataset names become partition keys, folder names and report titles.
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

@@ -47,13 +47,13 @@ def guard_command(
     with the configured offline guard and threshold, and show for each quarantined one its
     P(injection) and the window that decided it. Exits 1 when something would be
     quarantined, 2 on an unreadable file."""
-    from clef_pipelines.steering.guard_check import (
+    from clef_pipelines.guard.check import (
         GuardInput,
         check_texts,
         quarantined_records,
         screenable_blocks,
     )
-    from clef_pipelines.steering.runtime import GuardUnavailable, configured_guard
+    from clef_pipelines.guard.loading import GuardUnavailable, configured_guard
     from clef_pipelines.stores import StoreError, open_store
 
     if not paths and not text and not quarantined:

@@ -138,13 +138,11 @@ def detector_rows(
 def _offline_guard(settings: Any = None) -> tuple[Callable[[list[str]], list[float]], float] | str:
     """The guard ingestion uses: with settings, `steering.guard`'s weights and threshold."""
     try:
-        from clef_pipelines.steering.guard import InjectionGuard  # type: ignore[import-not-found]
+        from clef_pipelines.guard.model import InjectionGuard  # type: ignore[import-not-found]
     except ImportError:
-        return (
-            "needs the offline injection guard (clef_pipelines.steering.guard), not in this build"
-        )
-    from clef_pipelines.steering.config import GuardConfig
-    from clef_pipelines.steering.runtime import configured_guard
+        return "needs the offline injection guard (clef_pipelines.guard.model), not in this build"
+    from clef_pipelines.guard.config import GuardConfig
+    from clef_pipelines.guard.loading import configured_guard
 
     guard: InjectionGuard
     if settings is None:

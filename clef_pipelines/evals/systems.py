@@ -25,7 +25,7 @@ COLUMN_PROVIDERS: dict[str, str] = {
     "clef_is_relevant": "a Clef backend (clef.backend)",
     "clef_evidence": "a Clef backend (clef.backend)",
     "clef_gate": "a Clef backend (clef.backend)",
-    "guard_score": "the offline injection guard (clef_pipelines.steering.guard)",
+    "guard_score": "the offline injection guard (clef_pipelines.guard.model)",
 }
 
 USAGE_COLUMNS = ("clef_requests", "clef_input_tokens", "clef_cost_usd", "clef_latency_ms")

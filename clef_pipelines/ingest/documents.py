@@ -17,8 +17,8 @@ import polars as pl
 
 from clef_pipelines.clef.client import resolve_backend
 from clef_pipelines.config import Settings
+from clef_pipelines.guard.loading import guard_fingerprint
 from clef_pipelines.records import PIPELINE_VERSION, sha256_hex
-from clef_pipelines.steering.runtime import guard_fingerprint
 from clef_pipelines.stores.base import VectorStore
 
 NEW, CHANGED, UNCHANGED, REPAIR, REMOVED, FAILED = (
@@ -78,7 +78,7 @@ def pipeline_parts(settings: Settings, embedder_name: str) -> dict[str, Any]:
         "steering": settings.steering.decision_fingerprint(),
         "clef": resolve_backend(settings.clef)[0],
     }
-    guard = guard_fingerprint(settings.steering, settings.base_dir)
+    guard = guard_fingerprint(settings.steering.guard, settings.base_dir)
     if guard is not None:  # absent with the guard off: those collections keep their hashes
         parts["guard_version"] = guard
     return parts

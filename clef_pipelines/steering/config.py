@@ -15,9 +15,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from clef_pipelines._strict import StrictModel
+from clef_pipelines._strict import Mode, StrictModel
+from clef_pipelines.guard.config import GuardConfig
 
-Mode = Literal["on", "shadow", "off"]
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 #: Paragraph kinds the screen asks about; headings and code are never screened.
 SCREENABLE_KINDS = ("paragraph", "list_item", "table", "quote")
@@ -30,50 +30,6 @@ def _check_name(value: str, what: str) -> str:
             "letter (at most 40): it becomes a stored field name"
         )
     return value
-
-
-class GuardConfig(StrictModel):
-    """The offline injection guard: a small classifier on MiniLM vectors, no keys needed."""
-
-    mode: Mode = Field("on", description="on | shadow | off. The only judge when Clef is off.")
-    threshold: float | None = Field(
-        None, ge=0, le=1, description="P(injection) that quarantines; None: the model's own."
-    )
-    weights: str | None = Field(
-        None,
-        description=(
-            "A weights file written by `python -m clef_pipelines.steering.guard_train` "
-            "(steering/GUARD_WEIGHTS.md gives the recipes), relative to the config file; None: "
-            "the weights shipped in the package. Other weights re-screen every document on the "
-            "next run."
-        ),
-    )
-    languages: list[str] | None = Field(
-        None,
-        min_length=1,
-        description=(
-            "Languages the guard judges (ISO 639-1, e.g. [en]); None: every document. The "
-            "guard's encoder is English: with this set, a document written in another "
-            "language (as a whole: steering.language) is left to Clef, recorded per paragraph "
-            "(`language`) and counted in the run's `guard_not_judged`."
-        ),
-    )
-
-    @field_validator("languages")
-    @classmethod
-    def _languages(cls, v: list[str] | None) -> list[str] | None:
-        bad = [code for code in v or [] if not re.fullmatch(r"[a-z]{2,3}", code)]
-        if bad:
-            raise ValueError(f"language codes are ISO 639-1 like 'en' or 'de', got {bad}")
-        return v
-
-    def resolved_weights(self, base_dir: str | Path = ".") -> Path | None:
-        """The configured weights file as a path (relative to ``base_dir``); None: the
-        package's own."""
-        if not self.weights:
-            return None
-        p = Path(self.weights).expanduser()
-        return p if p.is_absolute() else (Path(base_dir) / p).resolve()
 
 
 class ScreenConfig(StrictModel):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,21 +22,18 @@ from pydantic import TypeAdapter
 from clef_pipelines.clef.cache import AnswerCache
 from clef_pipelines.clef.client import ClefClient, SyncClefClient, _cache_id
 from clef_pipelines.clef.wire import Answer
-from clef_pipelines.steering.config import GuardConfig, SteeringConfig, Taxonomy
+from clef_pipelines.guard.loading import GUARD_MODULE, GuardUnavailable, guard_threshold, load_guard
+from clef_pipelines.steering.config import SteeringConfig, Taxonomy
 from clef_pipelines.steering.packing import Ask, Subject, ask_packed
 from clef_pipelines.steering.questions import ask_fingerprint
 
 if TYPE_CHECKING:
-    from clef_pipelines.steering.guard import InjectionGuard
+    from clef_pipelines.guard.model import InjectionGuard
 
 log = logging.getLogger("clef_pipelines.steering")
 _ANSWER = TypeAdapter(Answer)
 CACHE_FILE = "steering-answers.sqlite3"
 GUARD_CACHE_FILE = "guard-scores.sqlite3"
-
-
-class GuardUnavailable(RuntimeError):
-    """The guard is on but cannot load: with no other judge, nothing would be screened."""
 
 
 @dataclass
@@ -164,7 +160,7 @@ class Steering:
             try:
                 self._guard = load_guard(self.cfg.guard.resolved_weights(self.base_dir))
             except ModuleNotFoundError as exc:
-                if exc.name != "clef_pipelines.steering.guard":
+                if exc.name != GUARD_MODULE:
                     raise GuardUnavailable(f"the injection guard cannot load: {exc}") from exc
                 # A build without the guard module: reported by the screen, never silent.
                 self._guard_error = f"{type(exc).__name__}: {exc}"
@@ -214,50 +210,3 @@ class Steering:
             if cache is not None:
                 cache.close()
         self.cache = self.guard_cache = None
-
-
-def guard_threshold(cfg: GuardConfig, guard: InjectionGuard) -> float:
-    """P(injection) that quarantines: `steering.guard.threshold`, else the weights' own."""
-    return float(guard.threshold if cfg.threshold is None else cfg.threshold)
-
-
-def configured_guard(cfg: GuardConfig, base_dir: str | Path = ".") -> tuple[InjectionGuard, float]:
-    """The guard `steering.guard` names, and its threshold: what ingestion judges with."""
-    guard = load_guard(cfg.resolved_weights(base_dir))
-    return guard, guard_threshold(cfg, guard)
-
-
-def guard_fingerprint(cfg: SteeringConfig, base_dir: str | Path = ".") -> str | None:
-    """What the guard's decisions hang on besides config: its weights and how it reads a text
-    (``InjectionGuard.version``); None with the guard off. It is part of every document's hash,
-    so a new guard (other weights, or an upgrade of the package's) re-screens each document on
-    the next run: the guard scores it again, and chunks whose text is unchanged keep their
-    vectors."""
-    if cfg.guard.mode == "off":
-        return None
-    try:
-        return str(load_guard(cfg.guard.resolved_weights(base_dir)).version)
-    except ModuleNotFoundError as exc:
-        if exc.name != "clef_pipelines.steering.guard":
-            raise
-        # A build without the guard: the screen reports it; a later guard re-screens.
-        return "unavailable"
-
-
-_GUARD_LOCK = threading.Lock()
-#: Guards loaded in this process, by weights file ("" for the package's own).
-_GUARDS: dict[str, InjectionGuard] = {}
-
-
-def load_guard(weights: Path | None = None) -> InjectionGuard:
-    """A guard (MiniLM plus a small classifier), loaded once per process and weights file:
-    ``weights`` (``steering.guard.weights``) or, by default, the package's own."""
-    if weights is not None and not weights.is_file():
-        raise GuardUnavailable(f"steering.guard.weights: no weights file at {weights}")
-    key = str(weights or "")
-    with _GUARD_LOCK:
-        if key not in _GUARDS:
-            from clef_pipelines.steering.guard import InjectionGuard
-
-            _GUARDS[key] = InjectionGuard.from_file(weights) if weights else InjectionGuard.load()
-        return _GUARDS[key]

@@ -28,7 +28,7 @@ import polars as pl
 
 from clef_pipelines.clef.wire import ChoiceAnswer
 from clef_pipelines.config import ChunkingConfig
-from clef_pipelines.steering.language import document_languages
+from clef_pipelines.guard.language import document_languages
 from clef_pipelines.steering.packing import Subject
 from clef_pipelines.steering.preask import PreaskPlan, plan_preask
 from clef_pipelines.steering.questions import (

@@ -13,7 +13,7 @@ import numpy as np
 
 def weights_copy(path: Path, **meta_changes: Any) -> Path:
     """Write the package's guard weights to ``path`` with ``meta_changes`` in their meta."""
-    from clef_pipelines.steering.guard import WEIGHTS_PATH
+    from clef_pipelines.guard.model import WEIGHTS_PATH
 
     with np.load(WEIGHTS_PATH, allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +12,7 @@ from clef_pipelines.config import ChunkingConfig
 from clef_pipelines.parsing.markdown import parse_markdown
 from clef_pipelines.parsing.models import Block
 from clef_pipelines.parsing.text import parse_text
+from tests.shared_data import SHARED_DATA, need
 
 SENT = "Northwind Sync copies every changed file to the cloud within a minute. "
 
@@ -210,13 +210,11 @@ def test_batched_counts_by_word_match_whole_text_encoding() -> None:
     assert "x" * 150 not in counter._words
 
 
-SCIFACT = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scifact" / "corpus.jsonl"
-)
+SCIFACT = SHARED_DATA / "scifact" / "corpus.jsonl"
 
 
-@pytest.mark.skipif(not SCIFACT.exists(), reason="SciFact corpus not present")
 def test_scifact_sample_chunks_within_limits() -> None:
+    need(SCIFACT)
     cfg = ChunkingConfig()
     with SCIFACT.open() as fh:
         records = [json.loads(next(fh)) for _ in range(200)]

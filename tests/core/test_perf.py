@@ -4,23 +4,20 @@ Timing lives in bench/bench_ingest.py, never in a test."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from clef_pipelines.chunking import chunk_blocks, get_token_counter
 from clef_pipelines.config import ChunkingConfig, ParsingConfig, SourceConfig
 from clef_pipelines.parsing import iter_source_entries, parse_document
+from tests.shared_data import SHARED_DATA, need
 
-SCIFACT = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "data" / "scifact" / "corpus.jsonl"
-)
+SCIFACT = SHARED_DATA / "scifact" / "corpus.jsonl"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SCIFACT.exists(), reason="SciFact corpus not present")
 @pytest.mark.parametrize("strategy", ["structural", "fixed"])
 def test_scifact_parses_and_chunks_within_limits(strategy: str) -> None:
+    need(SCIFACT)
     get_token_counter()  # loading the tokenizer is not chunking
     source = SourceConfig(name="scifact", path=SCIFACT.name)
     cfg = ChunkingConfig(strategy=strategy)

@@ -1,4 +1,5 @@
-"""Paths of the shared labelled data, and a workspace config for evaluation runs."""
+"""A workspace config for evaluation runs; the shared data's paths come from
+``tests.shared_data``."""
 
 from __future__ import annotations
 
@@ -8,21 +9,6 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED_DATA = REPO.parent / "shared" / "data"
-SCIFACT = SHARED_DATA / "scifact"
-SQUAD = SHARED_DATA / "squad2" / "train-v2.0.json"
-INJECTIONS = SHARED_DATA / "prompt_injections" / "train.jsonl"
-
-
-def need(path: Path) -> Path:
-    if not path.exists():
-        msg = f"shared evaluation data missing: {path}"
-        import os
-
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return path
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from clef_pipelines.retrieval.fusion import search
 from clef_pipelines.stores import open_store
 from clef_pipelines.stores.base import CollectionSpec
 from clef_pipelines.stores.config import StoreConfig
-from tests.evals.conftest import SCIFACT, need
+from tests.shared_data import SCIFACT, need
 
 DOCS = 120
 TOP_K = 5

@@ -31,7 +31,7 @@ from clef_pipelines.config import apply_overrides, load_settings
 from clef_pipelines.evals.config import EvalDatasetConfig
 from clef_pipelines.jobs.evaluation import run_evaluation
 from clef_pipelines.records import PIPELINE_VERSION
-from tests.evals.conftest import SCIFACT, need
+from tests.shared_data import SCIFACT, need
 
 QUERIES = 50
 SLICE_DOCS = 400

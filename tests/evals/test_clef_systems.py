@@ -19,7 +19,7 @@ from clef_pipelines.evals.config import EvalDatasetConfig
 from clef_pipelines.evals.datasets import squad_documents
 from clef_pipelines.jobs.evaluation import run_evaluation
 from clef_pipelines.testing.fake_systemone import FakeServer
-from tests.evals.conftest import INJECTIONS, SQUAD, need
+from tests.shared_data import INJECTIONS, SQUAD, need
 
 
 def _passage(question: dict[str, Any], state: Any) -> str:

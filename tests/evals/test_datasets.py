@@ -9,7 +9,7 @@ import pytest
 
 from clef_pipelines.evals.config import EvalDatasetConfig
 from clef_pipelines.evals.datasets import DatasetError, load_dataset
-from tests.evals.conftest import INJECTIONS, SCIFACT, SQUAD, need
+from tests.shared_data import INJECTIONS, SCIFACT, SQUAD, need
 
 
 def _cfg(spec: str, **kw: object) -> EvalDatasetConfig:

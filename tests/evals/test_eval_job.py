@@ -18,7 +18,7 @@ from clef_pipelines.evals.config import EvalDatasetConfig
 from clef_pipelines.evals.metrics import doc_ranking
 from clef_pipelines.jobs.evaluation import run_evaluation
 from clef_pipelines.stores import open_store
-from tests.evals.conftest import INJECTIONS, SQUAD, need
+from tests.shared_data import INJECTIONS, SQUAD, need
 
 
 def test_squad_through_ingestion_and_eval_job(eval_config: Path) -> None:

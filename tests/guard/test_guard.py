@@ -13,7 +13,7 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
-from clef_pipelines.steering.guard import (
+from clef_pipelines.guard.model import (
     InjectionGuard,
     guard_units,
     knn_margin,

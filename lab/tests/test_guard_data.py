@@ -10,8 +10,8 @@ from xml.sax.saxutils import escape
 
 import pytest
 
-from clef_pipelines.steering import guard_data
-from clef_pipelines.steering.guard_data import _doc_paragraphs
+from lab.guard import data as guard_data
+from lab.guard.data import _doc_paragraphs
 
 DOC = """Installing
 ==========

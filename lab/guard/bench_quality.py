@@ -1,6 +1,6 @@
 """The offline injection guard: held-out quality and its cost next to MiniLM chunk embedding.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/bench_guard.py [--docs 600] [--skip-quality]
+    PYTHONPATH=$PWD .venv/bin/python -m lab.guard.bench_quality [--docs 600] [--skip-quality]
         [--cache /tmp/guard-cache] [--split val] [--weights FILE] [--demo] [--explain TEXT ...]
 
 1. Held-out table: the committed guard (``InjectionGuard.load()``, real MiniLM) scores every
@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
 SCREENED_KINDS = {"paragraph", "list_item", "table", "quote"}
 
@@ -68,8 +68,8 @@ def quality_table(  # type: ignore[no-untyped-def]
     languages: list[str] | None = None,
     thresholds: list[float] | None = None,
 ) -> str:
-    from clef_pipelines.steering.guard_data import load_all
-    from clef_pipelines.steering.guard_train import VectorCache, evaluation_rows
+    from lab.guard.data import load_all
+    from lab.guard.train import VectorCache, evaluation_rows
 
     # The committed guard's own arithmetic; only the MiniLM vectors may come from a cache, and
     # only for weights without tuned layers (their main windows' vectors are not MiniLM's).
@@ -106,7 +106,7 @@ def quality_table(  # type: ignore[no-untyped-def]
         flagged_by_language = flagged
         left = ""
         if languages:
-            from clef_pipelines.steering.language import language_of
+            from clef_pipelines.guard.language import language_of
 
             judged = np.array([language_of(e.text, languages).judged for e in items])
             flagged_by_language = flagged & judged
@@ -149,7 +149,7 @@ def operating_points(
     """What a lower or higher ``steering.guard.threshold`` would give on these rows: per
     threshold, the mean recall over the injection sources and the false quarantine of each
     source of real prose (a source without injections)."""
-    from clef_pipelines.steering.guard_train import _threshold_for
+    from lab.guard.train import _threshold_for
 
     injection = [s for s, (_, labels) in by_source.items() if (labels == 1).any()]
     prose = [s for s, (_, labels) in by_source.items() if not (labels == 1).any()]
@@ -250,9 +250,9 @@ def scifact_cost(guard, n_docs: int) -> str:  # type: ignore[no-untyped-def]
     from clef_pipelines.chunking import chunk_blocks
     from clef_pipelines.config import ChunkingConfig, ParsingConfig, SourceConfig
     from clef_pipelines.embedding.minilm import MiniLMEmbedder
+    from clef_pipelines.guard.deobfuscate import deobfuscated
     from clef_pipelines.parsing.loaders import iter_source_entries
     from clef_pipelines.parsing.parse import parse_document
-    from clef_pipelines.steering.deobfuscate import deobfuscated
 
     source = SourceConfig(name="scifact", path=str(SCIFACT))
     parsing, chunking = ParsingConfig(), ChunkingConfig()
@@ -390,9 +390,8 @@ def main() -> None:
     if bad:
         parser.error(f"--thresholds: {bad} not in [0, 1] (a threshold on P(injection))")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    sys.path.insert(0, str(REPO))
-    from clef_pipelines.steering.guard import InjectionGuard
-    from clef_pipelines.steering.guard_data import awsdocs_refusal, googleapis_refusal
+    from clef_pipelines.guard.model import InjectionGuard
+    from lab.guard.data import awsdocs_refusal, googleapis_refusal
 
     if args.awsdocs and (refusal := awsdocs_refusal(args.awsdocs)):
         parser.error(refusal)
@@ -402,7 +401,7 @@ def main() -> None:
     guard = InjectionGuard.from_file(args.weights) if args.weights else InjectionGuard.load()
     print(f"guard {guard.version}, threshold {guard.threshold:.3f}\n")
     if args.googleapis:
-        from clef_pipelines.steering.guard_data import googleapis_provenance
+        from lab.guard.data import googleapis_provenance
 
         print(f"Google API reference: {googleapis_provenance(args.googleapis)}\n")
     if not args.skip_quality:

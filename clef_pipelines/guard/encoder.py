@@ -136,7 +136,7 @@ def shared_bottom_vectors(
 ) -> list[np.ndarray]:
     """Each encoder's ``vectors(texts, tuned)``, with the layers below the tuned ones run once
     for all of them: encoders built on one loaded MiniLM whose tuned tops differ (other
-    seeds or recipes of one base; ``bench/bench_guard_blend.py`` averages several), so that
+    seeds or recipes of one base; ``lab/guard/bench_blend.py`` averages several), so that
     k encoders cost the bottom layers once instead of k times."""
     import torch
 

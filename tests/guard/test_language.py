@@ -7,9 +7,10 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from clef_pipelines.steering import language
-from clef_pipelines.steering.config import GuardConfig, SteeringConfig
-from clef_pipelines.steering.language import DocumentLanguage, document_languages, language_of
+from clef_pipelines.guard import language
+from clef_pipelines.guard.config import GuardConfig
+from clef_pipelines.guard.language import DocumentLanguage, document_languages, language_of
+from clef_pipelines.steering.config import SteeringConfig
 
 ENGLISH = "The File menu uploads up to four files at once; they are shared with the whole team."
 GERMAN = "Mit dem Menü Datei können Sie bis zu vier Dateien gleichzeitig hochladen und teilen."

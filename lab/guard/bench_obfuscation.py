@@ -1,6 +1,6 @@
 """The injection guard against encoded injections, and what decoding costs on real prose.
 
-    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_obfuscation.py \\
+    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python -m lab.guard.bench_obfuscation \\
         [--weights FILE] [--sample 300] [--splits test val]
 
 The guard scores each text's decoded reading next to its own (``steering.deobfuscate``,
@@ -35,10 +35,10 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from clef_pipelines.steering.deobfuscate import deobfuscated  # noqa: E402
-from clef_pipelines.steering.guard import InjectionGuard  # noqa: E402
-from clef_pipelines.steering.guard_data import load_all  # noqa: E402
-from clef_pipelines.steering.guard_train import evaluation_rows  # noqa: E402
+from clef_pipelines.guard.deobfuscate import deobfuscated  # noqa: E402
+from clef_pipelines.guard.model import InjectionGuard  # noqa: E402
+from lab.guard.data import load_all  # noqa: E402
+from lab.guard.train import evaluation_rows  # noqa: E402
 
 _HOMOGLYPHS = str.maketrans({"a": "а", "e": "е", "o": "о", "p": "р", "c": "с", "x": "х"})
 _LEET = str.maketrans("aeiost", "4310$7")

@@ -12,7 +12,7 @@ prose source's validation paragraphs; mean recall over injection sources), then 
 screened block of the demo corpus is scored at that threshold (``make demo`` must quarantine
 the Northwind paragraph alone)::
 
-    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python bench/bench_guard_blend.py \\
+    PYTHONPATH=$PWD:/tmp/pg HF_HUB_OFFLINE=1 .venv/bin/python -m lab.guard.bench_blend \\
         --tuned /tmp/v6b/guard_weights.npz [more.npz ...] [--blends 1 0.5 0 min mean] [--test]
 
 ``--test`` also scores the test split and prints, for each row at its validation threshold,
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
@@ -39,12 +38,9 @@ from types import SimpleNamespace
 import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_guard import demo_blocks  # noqa: E402
-
-from clef_pipelines.steering import guard_train as gt  # noqa: E402
-from clef_pipelines.steering.guard_data import PARAGRAPH_SOURCES, Example, load_all  # noqa: E402
+from lab.guard import train as gt  # noqa: E402
+from lab.guard.bench_quality import demo_blocks  # noqa: E402
+from lab.guard.data import PARAGRAPH_SOURCES, Example, load_all  # noqa: E402
 
 
 def blended(

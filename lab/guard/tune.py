@@ -2,7 +2,7 @@
 
 Every change to the MLP on MiniLM's frozen pooled vector, its inputs or its training windows
 landed within the spread of retrains; training the top transformer layers with it was the
-first change clear of that spread, also on unseen attacks (``bench/bench_guard_finetune.py``,
+first change clear of that spread, also on unseen attacks (``lab/guard/bench_finetune.py``,
 ``GUARD_WEIGHTS.md``). This module is the trainer's step for it (``guard_train --tune-layers
 K``): the same windows, inputs and sample weights as the main stage 2 of ``train_cascade``
 (the pooled unit vector plus the window's out-of-fold stage-1 logit / 8, 385 -> 64 -> 1),
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from clef_pipelines.steering.guard_encoder import MINILM_LAYERS, additive_mask, run_layers
+from clef_pipelines.guard.encoder import MINILM_LAYERS, additive_mask, run_layers
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class TuneSettings:
 
 def minilm_model() -> Any:
     """all-MiniLM-L6-v2's transformer (the guard's own loaded copy, ``guard._MiniLM``)."""
-    from clef_pipelines.steering.guard import _MiniLM
+    from clef_pipelines.guard.model import _MiniLM
 
     return _MiniLM.embedder()._load()[0]
 
@@ -66,7 +66,7 @@ def minilm_model() -> Any:
 def stage2_training_set(model: Any, examples: Sequence[Any], args: Any) -> dict[str, Any]:
     """The main stage 2's training windows as ``guard_train.train_cascade`` picks them (with
     ``model``'s gate), their labels, sources, sample weights and out-of-fold stage-1 logits."""
-    from clef_pipelines.steering import guard_train as gt
+    from lab.guard import train as gt
 
     windows, labels, weights, groups, sources, prefix = gt.training_windows(
         examples, args.stage1_c, args.plant_share
@@ -104,7 +104,7 @@ def sample_weights(
     """The recipe's stage-2 sample weights: benign prompts of the injection datasets at
     ``prompt_negative_weight``, docs at ``doc_weight``, injection datasets tempered
     (``source_tempered``), both classes balanced."""
-    from clef_pipelines.steering import guard_train as gt
+    from lab.guard import train as gt
 
     weights = gt.recipe_weights(
         train["labels"],
@@ -211,7 +211,7 @@ def make_model(settings: TuneSettings) -> Any:
     unit vector plus the stage-1 logit / 8."""
     import torch
 
-    from clef_pipelines.steering.guard_encoder import mean_pooled
+    from clef_pipelines.guard.encoder import mean_pooled
 
     bert = minilm_model().auto_model
     first = MINILM_LAYERS - settings.layers
@@ -346,8 +346,8 @@ def fit_tuned_stage(model: Any, examples: Sequence[Any], cache: Any, args: Any) 
     are stored as ``pack_tuned`` stores them (``--tune-rank``), and the threshold is chosen
     on validation by the trainer's rule through the guard's own encoder on those stored
     weights (``choose_mix_and_threshold``), so it is what the guard will compute."""
-    from clef_pipelines.steering import guard_train as gt
-    from clef_pipelines.steering.guard_encoder import base_state, pack_tuned
+    from clef_pipelines.guard.encoder import base_state, pack_tuned
+    from lab.guard import train as gt
 
     settings = TuneSettings(
         layers=args.tune_layers,
@@ -422,8 +422,8 @@ def repack_tuned_stage(
     start: the layers all start at MiniLM's, and the head's start is set by ``--tune-seed``.
     A head from another seed has its hidden units in another order, so each member's are
     first put in the order that best matches ``model``'s (``aligned_head``)."""
-    from clef_pipelines.steering import guard_train as gt
-    from clef_pipelines.steering.guard_encoder import base_state, pack_tuned, unpack_tuned
+    from clef_pipelines.guard.encoder import base_state, pack_tuned, unpack_tuned
+    from lab.guard import train as gt
 
     base = base_state(minilm_model().auto_model, model.tuned_layers)
     state = souped(model, soup, base) if soup else unpack_tuned(model.tuned_arrays, base)
@@ -443,7 +443,7 @@ def souped(model: Any, soup: Sequence[Any], base: dict[str, np.ndarray]) -> dict
     """The tuned layers' state dict averaged over ``model`` and ``soup`` (``base``: MiniLM's
     own layers); ``model``'s main stage-2 head becomes the average of the heads, each put in
     ``model``'s order of hidden units first (``aligned_head``)."""
-    from clef_pipelines.steering.guard_encoder import unpack_tuned
+    from clef_pipelines.guard.encoder import unpack_tuned
 
     for other in soup:
         if not model.soups_with(other):
