@@ -433,7 +433,7 @@ def test_aws_service_models_give_their_documentation_prose_from_the_newest_versi
 def test_bench_guard_refuses_a_reference_folder_without_its_package(
     tmp_path: Path, flag: str, message: str
 ) -> None:
-    """``bench_guard.py --awsdocs DIR`` (``--googleapis DIR``) stops with a message naming
+    """``lab.guard.bench_quality --awsdocs DIR`` (``--googleapis DIR``) stops with a message naming
     the flag and DIR when DIR holds no botocore models (no discovery documents), rather than
     a table without the source; ``--awsdocs``'s message is ``guard_train``'s."""
     import subprocess
@@ -441,7 +441,8 @@ def test_bench_guard_refuses_a_reference_folder_without_its_package(
 
     repo = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, str(repo / "bench" / "bench_guard.py"), flag, str(tmp_path)],
+        [sys.executable, "-m", "lab.guard.bench_quality", flag, str(tmp_path)],
+        cwd=repo,
         capture_output=True,
         text=True,
         timeout=300,
@@ -521,18 +522,12 @@ def test_google_discovery_documents_give_their_descriptions_as_held_out_prose(
 
 
 def test_bench_operating_points_mark_the_trainers_rule_at_both_budgets() -> None:
-    """``bench_guard.py --thresholds``: the rows of the trainer's rule at 1% and at 2% of each
+    """``lab.guard.bench_quality --thresholds``: the rows of the trainer's rule at 1% and at 2% of each
     prose source are marked beside the weights' own and the asked thresholds, with each
     row's mean recall and false quarantines computed at that threshold."""
-    import importlib.util
-
     import numpy as np
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "bench_guard.py"
-    spec = importlib.util.spec_from_file_location("bench_guard_under_test", path)
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    from lab.guard import bench_quality as bench
 
     prose = np.arange(200) * 0.005  # 0 .. 0.995: 1% is the top 2, 2% the top 4
     by_source = {
