@@ -8,7 +8,7 @@ from typing import Any
 
 from clef_pipelines.config import Settings
 from clef_pipelines.embedding import Embedder, make_embedder
-from clef_pipelines.retrieval.config import FusionConfig, RecallMode
+from clef_pipelines.retrieval.config import FusionConfig, RecallMode, RetrievalConfig
 from clef_pipelines.retrieval.fusion import search
 from clef_pipelines.stores import Hit, StoreError, VectorStore, open_store
 from clef_pipelines.stores.manifest import check_manifest
@@ -70,12 +70,13 @@ def recall(
     collection: str,
     top_k: int = 5,
     where: dict[str, Any] | None = None,
-    mode: RecallMode = "vector",
+    mode: RecallMode = RetrievalConfig.model_fields["mode"].default,
     fusion: FusionConfig | None = None,
 ) -> list[Passage]:
     """The top_k passages for ``query``. ``mode``: ``vector`` (nearest embeddings), ``text``
-    (full-text match; the embedder is not called) or ``hybrid`` (both, fused by ``fusion``).
-    A hybrid passage's ``score`` is its fused score."""
+    (full-text match; the embedder is not called) or ``hybrid`` (both, fused by ``fusion``);
+    by default the configuration's default, ``retrieval.mode``. A hybrid passage's ``score``
+    is its fused score."""
     if not query.strip():
         raise ValueError("the query is empty")
     if not store.has_collection(collection):
