@@ -283,11 +283,6 @@ def settings_from_dict(
         raise ConfigError(explain_validation_error(exc, Settings, origin)) from None
 
 
-def settings_yaml(settings: Settings) -> str:
-    """The YAML text of a settings object (used by `init`)."""
-    return yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)
-
-
 def apply_overrides(settings: Settings, overrides: dict[str, Any]) -> Settings:
     """Merge run-time overrides over settings: top-level keys replace, except `sources`, whose
     entries replace the configured source of the same name or are appended."""

@@ -20,7 +20,6 @@ import asyncio
 import hmac
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -101,11 +100,6 @@ def _check_query(query: str, api: ApiConfig) -> None:
         raise ApiError(
             422, "invalid_request", f"query: over {api.max_query_chars} characters", "query"
         )
-
-
-def bearer_key(env: dict[str, str] | os._Environ[str], api: ApiConfig) -> str | None:
-    key = env.get(api.api_key_env)
-    return key or None
 
 
 Handler = Callable[[Request], Awaitable[Any]]

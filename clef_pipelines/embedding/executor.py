@@ -42,9 +42,6 @@ def _embed_actor_class() -> Any:
         def embed(self, texts: list[str]) -> np.ndarray:
             return self.embedder.embed(texts)
 
-        def ready(self) -> bool:
-            return True
-
     return EmbedActor
 
 

@@ -45,7 +45,6 @@ Scalar = str | int | float | bool
 CmpOp = Literal["eq", "ne", "gt", "gte", "lt", "lte"]
 
 FIELD_OPS = frozenset({"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "exists"})
-LOGICAL_OPS = frozenset({"and", "or", "not"})
 ID_FIELD = "id"
 
 
