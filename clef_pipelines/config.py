@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from clef_pipelines._strict import StrictModel, check_name
 from clef_pipelines.api.config import ApiConfig
 from clef_pipelines.clef.config import ClefConfig
-from clef_pipelines.embedding.executor import Executor, RayEmbedConfig
+from clef_pipelines.embedding.config import EmbedderConfig
 from clef_pipelines.evals.config import EvalConfig
 from clef_pipelines.ingest.config import BatchingConfig
 from clef_pipelines.retrieval.config import RetrievalConfig
@@ -128,27 +128,6 @@ class ChunkingConfig(StrictModel):
         if self.overlap_tokens >= self.target_tokens:
             raise ValueError("chunking.overlap_tokens must be below target_tokens")
         return self
-
-
-class EmbedderConfig(StrictModel):
-    """Which model turns chunk texts into vectors."""
-
-    kind: Literal["minilm", "hash", "openai"] = Field(
-        "minilm",
-        description="minilm (offline all-MiniLM-L6-v2), hash (tests) or openai (HTTP endpoint).",
-    )
-    model: str | None = Field(None, description="Model name (openai kind); fixed for the others.")
-    dimension: int | None = Field(
-        None, ge=1, description="Vector size (hash, openai); minilm is 384."
-    )
-    batch_size: int = Field(64, ge=1, description="Texts per embedder call.")
-    base_url: str | None = Field(None, description="OpenAI-compatible base URL (openai kind).")
-    api_key_env: str | None = Field(None, description="Env variable with the API key (openai).")
-    timeout_s: float = Field(60.0, description="HTTP timeout of one embedder call (openai).")
-    executor: Executor = Field(
-        "local", description="Where batches are embedded: in this process, or on Ray actors."
-    )
-    ray: RayEmbedConfig = RayEmbedConfig()
 
 
 class Settings(StrictModel):
@@ -302,11 +281,6 @@ def settings_from_dict(
         return Settings(**raw, base_dir=str(base_dir or Path.cwd()))
     except ValidationError as exc:
         raise ConfigError(explain_validation_error(exc, Settings, origin)) from None
-
-
-def settings_yaml(settings: Settings) -> str:
-    """The YAML text of a settings object (used by `init`)."""
-    return yaml.safe_dump(settings.model_dump(mode="json"), sort_keys=False)
 
 
 def apply_overrides(settings: Settings, overrides: dict[str, Any]) -> Settings:

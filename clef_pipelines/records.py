@@ -91,17 +91,6 @@ def field_type_of(dtype: pl.DataType) -> FieldType:
     return "str"
 
 
-def polars_type_of(value: object) -> pl.DataType:
-    """The polars type of one metadata value (JSON scalars; anything else is text)."""
-    if isinstance(value, bool):
-        return pl.Boolean()
-    if isinstance(value, int):
-        return pl.Int64()
-    if isinstance(value, float):
-        return pl.Float64()
-    return pl.Utf8()
-
-
 def sha256_hex(data: bytes | str) -> str:
     if isinstance(data, str):
         data = data.encode("utf-8")

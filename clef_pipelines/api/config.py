@@ -6,8 +6,6 @@ from pydantic import Field
 
 from clef_pipelines._strict import StrictModel
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
 
 class ApiConfig(StrictModel):
     host: str = Field(

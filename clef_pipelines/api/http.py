@@ -20,7 +20,6 @@ import asyncio
 import hmac
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -103,78 +102,64 @@ def _check_query(query: str, api: ApiConfig) -> None:
         )
 
 
-def bearer_key(env: dict[str, str] | os._Environ[str], api: ApiConfig) -> str | None:
-    key = env.get(api.api_key_env)
-    return key or None
+Handler = Callable[[Request], Awaitable[Any]]
 
 
-def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starlette:
-    """The ASGI app over a warm service. `api_key`: the bearer key clients must send (None:
-    no auth; `clef-pipelines api` refuses that off loopback)."""
-    api = service.api
-    expected = f"Bearer {api_key}".encode() if api_key else None
+def _authorised(request: Request, expected: bytes | None) -> bool:
+    if expected is None:
+        return True
+    got = request.headers.get("authorization", "")
+    # The scheme is case-insensitive (RFC 9110); the key is compared in constant time.
+    scheme, _, token = got.partition(" ")
+    return hmac.compare_digest(f"Bearer {token.strip()}".encode(), expected) and (
+        scheme.lower() == "bearer"
+    )
 
-    def authorised(request: Request) -> bool:
-        if expected is None:
-            return True
-        got = request.headers.get("authorization", "")
-        # The scheme is case-insensitive (RFC 9110); the key is compared in constant time.
-        scheme, _, token = got.partition(" ")
-        return hmac.compare_digest(f"Bearer {token.strip()}".encode(), expected) and (
-            scheme.lower() == "bearer"
-        )
 
-    Handler = Callable[[Request], Awaitable[Any]]
+def _error_response(exc: Exception, request: Request, api: ApiConfig) -> Response:
+    """The error a failed request answers with; called while `exc` is being handled."""
+    if isinstance(exc, ApiError):
+        return exc.response()
+    if isinstance(exc, TimeoutError):
+        return ApiError(504, "timeout", f"request: over {api.request_timeout_s:g} s").response()
+    if isinstance(exc, UnknownCollection):
+        return ApiError(404, "not_found", str(exc), "collection").response()
+    if isinstance(exc, ChatRequestError):
+        return ApiError(422, "invalid_request", str(exc), exc.field).response()
+    if isinstance(exc, StoreError):
+        return ApiError(422, "invalid_request", str(exc), "where").response()
+    if isinstance(exc, ValueError):  # a filter or passage the core refused, with its reason
+        field = "where" if "filter" in str(exc) or "operator" in str(exc) else "body"
+        return ApiError(422, "invalid_request", str(exc), field).response()
+    log.exception("API request failed: %s %s", request.method, request.url.path)
+    return ApiError(500, "internal", "internal error (see the server log)").response()
 
-    def endpoint(
-        handler: Handler, *, auth: bool = True
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def run(request: Request) -> Response:
-            started = time.perf_counter()
-            try:
-                if auth and not authorised(request):
-                    raise ApiError(401, "unauthorized", "missing or wrong bearer key")
-                out = await asyncio.wait_for(handler(request), timeout=api.request_timeout_s)
-            except ApiError as exc:
-                return exc.response()
-            except TimeoutError:
-                return ApiError(
-                    504, "timeout", f"request: over {api.request_timeout_s:g} s"
-                ).response()
-            except UnknownCollection as exc:
-                return ApiError(404, "not_found", str(exc), "collection").response()
-            except ChatRequestError as exc:
-                return ApiError(422, "invalid_request", str(exc), exc.field).response()
-            except StoreError as exc:
-                return ApiError(422, "invalid_request", str(exc), "where").response()
-            except ValueError as exc:  # a filter or passage the core refused, with its reason
-                field = "where" if "filter" in str(exc) or "operator" in str(exc) else "body"
-                return ApiError(422, "invalid_request", str(exc), field).response()
-            except Exception:  # noqa: BLE001 - logged; never a traceback to the client
-                log.exception("API request failed: %s %s", request.method, request.url.path)
-                return ApiError(500, "internal", "internal error (see the server log)").response()
-            headers = {"x-clef-ms": f"{(time.perf_counter() - started) * 1e3:.1f}"}
-            return JSONResponse(out, headers=headers)
 
-        return run
+class _Handlers:
+    """The API's endpoints over a warm service; each returns the JSON body to send."""
 
-    async def retrieve(request: Request) -> Any:
-        req = _parse(RetrieveRequest, await _read_json(request, api.max_body_bytes))
-        _check_query(req.query, api)
-        result = await service.retrieve(
+    def __init__(self, service: RetrievalService) -> None:
+        self.service = service
+        self.api = service.api
+
+    async def retrieve(self, request: Request) -> Any:
+        req = _parse(RetrieveRequest, await _read_json(request, self.api.max_body_bytes))
+        _check_query(req.query, self.api)
+        result = await self.service.retrieve(
             req.query, collection=req.collection, top_k=req.top_k, where=req.where
         )
         return result.to_dict()
 
-    async def answer(request: Request) -> Any:
-        req = _parse(AnswerRequest, await _read_json(request, api.max_body_bytes))
-        _check_query(req.query, api)
-        result = await service.answer(
+    async def answer(self, request: Request) -> Any:
+        req = _parse(AnswerRequest, await _read_json(request, self.api.max_body_bytes))
+        _check_query(req.query, self.api)
+        result = await self.service.answer(
             req.query, collection=req.collection, top_k=req.top_k, where=req.where
         )
         return result.to_dict()
 
-    async def compact(request: Request) -> Any:
+    async def compact(self, request: Request) -> Any:
+        api = self.api
         req = _parse(CompactRequest, await _read_json(request, api.max_body_bytes))
         _check_query(req.query, api)
         if len(req.passages) > api.max_passages:
@@ -182,7 +167,7 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
         passages = [
             p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in req.passages
         ]
-        result = await service.compact(
+        result = await self.service.compact(
             req.query,
             passages,
             token_budget=req.token_budget,
@@ -191,7 +176,8 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
         )
         return result.to_dict()
 
-    async def chat(request: Request) -> Any:
+    async def chat(self, request: Request) -> Any:
+        api = self.api
         req = _parse(ChatCompletionRequest, await _read_json(request, api.max_body_bytes))
         query, passages = chat_request_parts(req)
         _check_query(query, api)
@@ -199,24 +185,50 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
             raise ApiError(
                 422, "invalid_request", f"context: over {api.max_passages} chunks", "context"
             )
-        result = await service.compact(
+        result = await self.service.compact(
             query, passages, token_budget=req.token_budget, max_passages=req.max_passages
         )
         return chat_completion(req, result, completion_id=f"chatcmpl-{uuid.uuid4().hex}")
 
-    async def collections(request: Request) -> Any:
-        return {"collections": await asyncio.to_thread(service.describe_collections)}
+    async def collections(self, request: Request) -> Any:
+        return {"collections": await asyncio.to_thread(self.service.describe_collections)}
 
-    async def openapi(request: Request) -> Any:
+    async def openapi(self, request: Request) -> Any:
         return openapi_document()
 
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
 
-    async def not_found(request: Request, exc: Exception) -> Response:
-        status = getattr(exc, "status_code", 404)
-        kind = "not_found" if status == 404 else "method_not_allowed"
-        return ApiError(status, kind, f"{request.method} {request.url.path}").response()
+async def _health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    kind = "not_found" if status == 404 else "method_not_allowed"
+    return ApiError(status, kind, f"{request.method} {request.url.path}").response()
+
+
+def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starlette:
+    """The ASGI app over a warm service. `api_key`: the bearer key clients must send (None:
+    no auth; `clef-pipelines api` refuses that off loopback)."""
+    api = service.api
+    expected = f"Bearer {api_key}".encode() if api_key else None
+    handlers = _Handlers(service)
+
+    def endpoint(
+        handler: Handler, *, auth: bool = True
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            started = time.perf_counter()
+            try:
+                if auth and not _authorised(request, expected):
+                    raise ApiError(401, "unauthorized", "missing or wrong bearer key")
+                out = await asyncio.wait_for(handler(request), timeout=api.request_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - mapped (and logged); never a traceback
+                return _error_response(exc, request, api)
+            headers = {"x-clef-ms": f"{(time.perf_counter() - started) * 1e3:.1f}"}
+            return JSONResponse(out, headers=headers)
+
+        return run
 
     @asynccontextmanager
     async def lifespan(app: Starlette):  # type: ignore[no-untyped-def]
@@ -224,16 +236,16 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
         await service.aclose_loop_clients()
 
     routes = [
-        Route("/v1/retrieve", endpoint(retrieve), methods=["POST"]),
-        Route("/v1/answer", endpoint(answer), methods=["POST"]),
-        Route("/v1/compact", endpoint(compact), methods=["POST"]),
-        Route("/v1/chat/completions", endpoint(chat), methods=["POST"]),
-        Route("/v1/collections", endpoint(collections), methods=["GET"]),
-        Route("/openapi.json", endpoint(openapi, auth=False), methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
+        Route("/v1/retrieve", endpoint(handlers.retrieve), methods=["POST"]),
+        Route("/v1/answer", endpoint(handlers.answer), methods=["POST"]),
+        Route("/v1/compact", endpoint(handlers.compact), methods=["POST"]),
+        Route("/v1/chat/completions", endpoint(handlers.chat), methods=["POST"]),
+        Route("/v1/collections", endpoint(handlers.collections), methods=["GET"]),
+        Route("/openapi.json", endpoint(handlers.openapi, auth=False), methods=["GET"]),
+        Route("/health", _health, methods=["GET"]),
     ]
     return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found}
+        routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_found}
     )
 
 

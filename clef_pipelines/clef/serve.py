@@ -115,89 +115,109 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def build_app(
-    backend: Backend,
-    *,
-    api_key: str | None = None,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
-    close_backend: bool = True,
-) -> Starlette:
-    register_secret(api_key)
-    stats = {"requests": 0, "errors": 0}
+class _Refused(Exception):
+    """A request answered with an error; the server counts it in `errors`."""
 
-    def authorised(request: Request) -> bool:
-        if not api_key:
+    def __init__(self, response: JSONResponse) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+class _SystemOne:
+    """The System One endpoint and the health check over one backend."""
+
+    def __init__(
+        self, backend: Backend, api_key: str | None, max_body_bytes: int, body_timeout_s: float
+    ) -> None:
+        self.backend = backend
+        self.api_key = api_key
+        self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self.stats = {"requests": 0, "errors": 0}
+
+    def authorised(self, request: Request) -> bool:
+        if not self.api_key:
             return True
-        return _authorised(request.headers.get("authorization", ""), api_key)
+        return _authorised(request.headers.get("authorization", ""), self.api_key)
 
-    async def systemone(request: Request) -> JSONResponse:
-        stats["requests"] += 1
-        if not authorised(request):
-            stats["errors"] += 1
-            return _error(401, "unauthorized", "missing or wrong bearer key")
+    async def systemone(self, request: Request) -> JSONResponse:
+        self.stats["requests"] += 1
         try:
-            async with asyncio.timeout(body_timeout_s):
-                raw = await _read_body(request, max_body_bytes)
+            if not self.authorised(request):
+                raise _Refused(_error(401, "unauthorized", "missing or wrong bearer key"))
+            body = await self._body(request)
+            self._check_model(body)
+            answer = await self._send(body)
+        except _Refused as refused:
+            self.stats["errors"] += 1
+            return refused.response
+        # The model that answered, whatever name the request used for it.
+        return JSONResponse({**answer, "model": self.backend.model})
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        """The request's JSON object, read within the size and time limits."""
+        limit, timeout_s = self.max_body_bytes, self.body_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                raw = await _read_body(request, limit)
         except _TooLarge:
-            stats["errors"] += 1
-            return _error(413, "too_large", f"request body over {max_body_bytes} bytes")
+            raise _Refused(_error(413, "too_large", f"request body over {limit} bytes")) from None
         except TimeoutError:
-            stats["errors"] += 1
-            return _error(408, "timeout", f"request body not received within {body_timeout_s} s")
+            raise _Refused(
+                _error(408, "timeout", f"request body not received within {timeout_s} s")
+            ) from None
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            stats["errors"] += 1
-            return _error(400, "bad_json", f"body is not valid JSON: {exc}")
+            raise _Refused(_error(400, "bad_json", f"body is not valid JSON: {exc}")) from None
         except RecursionError:
-            stats["errors"] += 1
-            return _error(400, "bad_json", "body is nested too deeply")
+            raise _Refused(_error(400, "bad_json", "body is nested too deeply")) from None
         if not isinstance(body, dict):
-            stats["errors"] += 1
-            return _error(422, "invalid_request", "the body must be a JSON object", "(body)")
+            raise _Refused(
+                _error(422, "invalid_request", "the body must be a JSON object", "(body)")
+            )
+        return body
+
+    def _check_model(self, body: dict[str, Any]) -> None:
         model = body.get("model")
         if isinstance(model, str) and model not in KNOWN_MODELS:
-            stats["errors"] += 1
-            return _error(
-                422,
-                "invalid_request",
-                f"unknown model {model[:64]!r}; this server answers as {backend.model!r} "
-                f"(models: {', '.join(sorted(KNOWN_MODELS))})",
-                "model",
+            raise _Refused(
+                _error(
+                    422,
+                    "invalid_request",
+                    f"unknown model {model[:64]!r}; this server answers as "
+                    f"{self.backend.model!r} (models: {', '.join(sorted(KNOWN_MODELS))})",
+                    "model",
+                )
             )
+
+    async def _send(self, body: dict[str, Any]) -> dict[str, Any]:
         try:
             req = parse_request(body)
-            answer = await backend.send(req)
+            return await self.backend.send(req)
         except RecursionError:
-            stats["errors"] += 1
-            return _error(400, "bad_json", "body is nested too deeply")
+            raise _Refused(_error(400, "bad_json", "body is nested too deeply")) from None
         except ClefValidationError as exc:
-            stats["errors"] += 1
-            return _error(422, "invalid_request", str(exc), exc.field)
+            raise _Refused(_error(422, "invalid_request", str(exc), exc.field)) from None
         except ClefUnsupported as exc:
-            stats["errors"] += 1
-            return _error(422, "unsupported", str(exc), "images")
+            raise _Refused(_error(422, "unsupported", str(exc), "images")) from None
         except ClefError as exc:
-            stats["errors"] += 1
             log.exception("engine failure")
-            return _error(500, "engine_error", str(exc))
+            raise _Refused(_error(500, "engine_error", str(exc))) from None
         except Exception as exc:  # whatever breaks, the client gets JSON, not a plain 500
-            stats["errors"] += 1
             log.exception("unexpected failure")
-            return _error(500, "internal_error", f"{type(exc).__name__}")
-        # The model that answered, whatever name the request used for it.
-        return JSONResponse({**answer, "model": backend.model})
+            raise _Refused(_error(500, "internal_error", f"{type(exc).__name__}")) from None
 
-    async def health(request: Request) -> JSONResponse:
-        if not authorised(request):
+    async def health(self, request: Request) -> JSONResponse:
+        if not self.authorised(request):
             # Liveness only: what runs where is not for anonymous callers.
             return JSONResponse({"status": "ok"})
+        backend = self.backend
         info: dict[str, Any] = {
             "status": "ok",
             "backend": backend.name,
             "model": backend.model,
-            **stats,
+            **self.stats,
         }
         runner = getattr(backend, "runner", None)
         engine = getattr(runner, "engine", None)
@@ -211,13 +231,27 @@ def build_app(
             info["mean_batch"] = round(sum(sizes) / len(sizes), 3)
         return JSONResponse(info)
 
-    async def not_found(request: Request, exc: Exception) -> JSONResponse:
-        return _error(404, "not_found", f"no route for {request.url.path}")
 
-    async def http_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, HTTPException)
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, code, f"{exc.detail} ({request.method} {request.url.path})")
+async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    return _error(404, "not_found", f"no route for {request.url.path}")
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return _error(exc.status_code, code, f"{exc.detail} ({request.method} {request.url.path})")
+
+
+def build_app(
+    backend: Backend,
+    *,
+    api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+    close_backend: bool = True,
+) -> Starlette:
+    register_secret(api_key)
+    server = _SystemOne(backend, api_key, max_body_bytes, body_timeout_s)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):  # type: ignore[no-untyped-def]
@@ -231,10 +265,10 @@ def build_app(
 
     return Starlette(
         routes=[
-            Route("/v1/systemone", systemone, methods=["POST"]),
-            Route("/health", health, methods=["GET"]),
+            Route("/v1/systemone", server.systemone, methods=["POST"]),
+            Route("/health", server.health, methods=["GET"]),
         ],
-        exception_handlers={404: not_found, HTTPException: http_error},
+        exception_handlers={404: _not_found, HTTPException: _http_error},
         lifespan=lifespan,
     )
 

@@ -15,39 +15,17 @@ import contextlib
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import Field
 
-from clef_pipelines._strict import StrictModel
+from clef_pipelines.embedding.config import EmbedderConfig
 
 if TYPE_CHECKING:
-    from clef_pipelines.config import EmbedderConfig
     from clef_pipelines.embedding.base import Embedder
-
-Executor = Literal["local", "ray"]
 
 #: Named actors carry this prefix (and a per-run id) so that only ours are ever killed.
 EMBED_ACTOR_PREFIX = "clef-embed-"
-
-
-class RayEmbedConfig(StrictModel):
-    """How `embedder.executor: ray` uses Ray."""
-
-    address: str | None = Field(
-        None, description="Ray cluster address (ray://host:10001 or auto); None: a local Ray."
-    )
-    namespace: str = Field("clef-pipelines", description="Ray namespace of the actors.")
-    num_actors: int = Field(2, ge=1, description="Embedding actors (one model copy each).")
-    num_cpus_per_actor: float = Field(1.0, gt=0)
-    num_gpus_per_actor: float | None = Field(
-        None, ge=0, description="GPUs per actor; None: 1 when the cluster has GPUs, else 0."
-    )
-    in_flight_per_actor: int = Field(2, ge=1, description="Batches queued per actor.")
-    local_num_cpus: int | None = Field(
-        None, ge=1, description="CPUs of a local Ray started here (None: all)."
-    )
 
 
 def _embed_actor_class() -> Any:
@@ -56,7 +34,6 @@ def _embed_actor_class() -> Any:
     @ray.remote
     class EmbedActor:
         def __init__(self, config_json: str) -> None:
-            from clef_pipelines.config import EmbedderConfig
             from clef_pipelines.embedding import make_embedder
 
             cfg = EmbedderConfig.model_validate_json(config_json)
@@ -64,9 +41,6 @@ def _embed_actor_class() -> Any:
 
         def embed(self, texts: list[str]) -> np.ndarray:
             return self.embedder.embed(texts)
-
-        def ready(self) -> bool:
-            return True
 
     return EmbedActor
 

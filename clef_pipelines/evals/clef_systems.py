@@ -102,7 +102,7 @@ def _scored(part: pl.DataFrame) -> bool:
     return part["clef_evidence"].null_count() < part.height
 
 
-def _selection_run(
+def selection_run(
     candidates: pl.DataFrame,
     cfg: SelectConfig,
     budget: int | None = None,
@@ -150,7 +150,7 @@ def _rerank(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
 
 def _rank(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
     cfg = _retrieval(ctx).select.model_copy(update={"strategy": "rank"})
-    rows, _ = _selection_run(candidates, cfg, mode=_retrieval(ctx).mode)
+    rows, _ = selection_run(candidates, cfg, mode=_retrieval(ctx).mode)
     return SystemRun(
         _frame(rows),
         usage=_usage(candidates, gate=False),
@@ -161,7 +161,7 @@ def _rank(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
 
 def _threshold(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
     cfg = _retrieval(ctx).select.model_copy(update={"strategy": "threshold"})
-    rows, _ = _selection_run(candidates, cfg, mode=_retrieval(ctx).mode)
+    rows, _ = selection_run(candidates, cfg, mode=_retrieval(ctx).mode)
     return SystemRun(
         _frame(rows),
         usage=_usage(candidates, gate=False),
@@ -173,7 +173,7 @@ def _compact(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
     retrieval = _retrieval(ctx)
     budget = retrieval.compact.token_budget or ctx.config.compact_budget
     cfg = retrieval.select.model_copy(update={"strategy": "rank"})
-    rows, _ = _selection_run(
+    rows, _ = selection_run(
         candidates, cfg, budget=budget, dedupe=retrieval.compact.dedupe, mode=retrieval.mode
     )
     return SystemRun(
@@ -185,7 +185,7 @@ def _compact(candidates: pl.DataFrame, ctx: SystemContext) -> SystemRun:
 
 def _gated(candidates: pl.DataFrame, ctx: SystemContext, answer_min: float) -> SystemRun:
     cfg = _retrieval(ctx).select.model_copy(update={"strategy": "rank"})
-    rows, _ = _selection_run(candidates, cfg, mode=_retrieval(ctx).mode)
+    rows, _ = selection_run(candidates, cfg, mode=_retrieval(ctx).mode)
     gate = candidates.group_by("query_id").agg(pl.col("clef_gate").first())
     abstained = {qid: p is not None and p < answer_min for qid, p in gate.iter_rows()}
     return SystemRun(_frame(rows), abstained=abstained, usage=_usage(candidates, gate=True))

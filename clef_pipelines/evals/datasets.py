@@ -10,8 +10,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,11 +242,46 @@ def load_injection_texts(path: Path) -> list[InjectionText]:
     return rows
 
 
+PLANT_SEPARATOR = "\n\n"
+
+
+def planted_corpus(
+    cfg: EvalDatasetConfig, rows: Sequence[Any], *, seed: int = 13, share: float = 0.5
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Host paragraphs with injections planted into a seeded half of them.
+
+    A planted document records where the planted text starts (`metadata.planted_start`) so that
+    chunks holding planted text are found by their character offsets, not by string search.
+    Queries: the answerable host questions of planted paragraphs."""
+    if not cfg.host or not cfg.host.startswith("squad:"):
+        raise DatasetError(f"dataset {cfg.name!r}: host must be squad:PATH, got {cfg.host!r}")
+    docs, queries = squad_documents(Path(cfg.host.partition(":")[2]).expanduser())
+    injections = [r.text for r in rows if r.label == 1]
+    if not injections:
+        raise DatasetError(f"dataset {cfg.name!r}: no injection texts (label 1) to plant")
+    rng = random.Random(seed)
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    chosen = sorted(order[: max(1, int(len(docs) * share))])
+    planted: dict[str, int] = {}
+    out = [dict(d) for d in docs]
+    for n, index in enumerate(chosen):
+        doc = out[index]
+        start = len(doc["text"]) + len(PLANT_SEPARATOR)
+        doc["text"] = doc["text"] + PLANT_SEPARATOR + injections[n % len(injections)]
+        doc["metadata"] = {"planted_start": start}
+        planted[doc["id"]] = start
+    planted_queries = [
+        EvalQuery(q.id, q.text, q.relevant, q.unanswerable, q.answers)
+        for q in queries
+        if not q.unanswerable and next(iter(q.relevant)) in planted
+    ]
+    return out, planted_queries
+
+
 def load_injections(cfg: EvalDatasetConfig, data_path: Path) -> EvalDataset:
     """Labelled injection text; with `host` (a SQuAD file) the injections are also planted into
-    the host's paragraphs and that corpus is indexed (see `evals.injections`)."""
-    from clef_pipelines.evals.injections import planted_corpus
-
+    the host's paragraphs and that corpus is indexed (see `planted_corpus`)."""
     rows = load_injection_texts(Path(cfg.path).expanduser())
     if cfg.limit:
         rows = rows[: cfg.limit]

@@ -10,7 +10,6 @@ with and without screening.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,46 +18,9 @@ from typing import Any
 import polars as pl
 
 from clef_pipelines.evals.candidates import ScorerContext, register_scorer, searchable
-from clef_pipelines.evals.config import EvalDatasetConfig
+from clef_pipelines.evals.clef_systems import selection_run
 from clef_pipelines.evals.metrics import bootstrap_ci
-
-PLANT_SEPARATOR = "\n\n"
-
-
-def planted_corpus(
-    cfg: EvalDatasetConfig, rows: Sequence[Any], *, seed: int = 13, share: float = 0.5
-) -> tuple[list[dict[str, Any]], list[Any]]:
-    """Host paragraphs with injections planted into a seeded half of them.
-
-    A planted document records where the planted text starts (`metadata.planted_start`) so that
-    chunks holding planted text are found by their character offsets, not by string search.
-    Queries: the answerable host questions of planted paragraphs."""
-    from clef_pipelines.evals.datasets import DatasetError, EvalQuery, squad_documents
-
-    if not cfg.host or not cfg.host.startswith("squad:"):
-        raise DatasetError(f"dataset {cfg.name!r}: host must be squad:PATH, got {cfg.host!r}")
-    docs, queries = squad_documents(Path(cfg.host.partition(":")[2]).expanduser())
-    injections = [r.text for r in rows if r.label == 1]
-    if not injections:
-        raise DatasetError(f"dataset {cfg.name!r}: no injection texts (label 1) to plant")
-    rng = random.Random(seed)
-    order = list(range(len(docs)))
-    rng.shuffle(order)
-    chosen = sorted(order[: max(1, int(len(docs) * share))])
-    planted: dict[str, int] = {}
-    out = [dict(d) for d in docs]
-    for n, index in enumerate(chosen):
-        doc = out[index]
-        start = len(doc["text"]) + len(PLANT_SEPARATOR)
-        doc["text"] = doc["text"] + PLANT_SEPARATOR + injections[n % len(injections)]
-        doc["metadata"] = {"planted_start": start}
-        planted[doc["id"]] = start
-    planted_queries = [
-        EvalQuery(q.id, q.text, q.relevant, q.unanswerable, q.answers)
-        for q in queries
-        if not q.unanswerable and next(iter(q.relevant)) in planted
-    ]
-    return out, planted_queries
+from clef_pipelines.retrieval.config import RetrievalConfig
 
 
 def planted_offsets(corpus: Path) -> dict[str, int]:
@@ -266,12 +228,9 @@ def planted_rows(
         "clef_instructs_ai" in frame.columns
         and frame["clef_instructs_ai"].null_count() < frame.height
     ):
-        from clef_pipelines.evals.clef_systems import _selection_run
-        from clef_pipelines.retrieval.config import RetrievalConfig
-
         cfg = (retrieval or RetrievalConfig()).select.model_copy(update={"strategy": "rank"})
         # Over what `query` returns: quarantined records never reach the Clef stages.
-        ranking, _shown = _selection_run(kept_by_screen, cfg)
+        ranking, _shown = selection_run(kept_by_screen, cfg)
         sent_ids = {(r["query_id"], r["chunk_id"]) for r in ranking if r["sent"]}
         sent = kept_by_screen.filter(
             pl.struct("query_id", "chunk_id").map_elements(

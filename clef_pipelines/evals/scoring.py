@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,11 +170,3 @@ def summarise(scores: pl.DataFrame, config: EvalConfig) -> dict[str, dict[str, d
             metrics[name] = {"mean": mean, "low": low, "high": high, "n": len(data)}
         out[system] = metrics
     return out
-
-
-def headline(summary: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, float]]:
-    """The `systems` object of the JSON report: system -> metric -> mean."""
-    return {
-        system: {m: round(v["mean"], 6) for m, v in metrics.items() if not math.isnan(v["mean"])}
-        for system, metrics in summary.items()
-    }

@@ -539,9 +539,3 @@ def clef_chunker(settings: Settings, screened: pl.DataFrame, steering: Steering)
 def enrich_chunks(chunks: pl.DataFrame, steering: Steering) -> tuple[pl.DataFrame, EnrichReport]:
     """Chunk enrichment (see `steering.enrich`)."""
     return enrich_frame(chunks, steering, steering.taxonomy())
-
-
-def counts_by(frame: pl.DataFrame, column: str) -> dict[str, int]:
-    if frame.height == 0:
-        return {}
-    return {str(k): int(v) for k, v in frame.group_by(column).len().sort(column).iter_rows()}

@@ -13,17 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from clef_pipelines.parsing.loaders import (
-        SourceEntry,
         iter_source_entries,
         load_documents,
         load_file,
         resolve_source_path,
     )
-    from clef_pipelines.parsing.models import Block, Document, ParseError
+    from clef_pipelines.parsing.models import Block, Document, ParseError, SourceEntry
     from clef_pipelines.parsing.parse import parse_blocks, parse_document
 
 _HOMES = {
-    "SourceEntry": "loaders",
+    "SourceEntry": "models",
     "iter_source_entries": "loaders",
     "load_documents": "loaders",
     "load_file": "loaders",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import re
 
 # markdown-it and our own parsers count \r\n, \r and \n each as one line break.
@@ -30,9 +29,6 @@ class LineIndex:
 
     def __len__(self) -> int:
         return len(self.lines)
-
-    def line_of(self, offset: int) -> int:
-        return bisect.bisect_right(self.starts, offset) - 1
 
     def span(self, first: int, stop: int) -> tuple[int, int]:
         """Span of lines [first, stop), trimmed of surrounding whitespace."""

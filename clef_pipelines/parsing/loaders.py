@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,9 @@ from clef_pipelines.parsing.models import (
     Document,
     MetaValue,
     ParseError,
+    SourceEntry,
 )
+from clef_pipelines.parsing.parse import parse_blocks
 from clef_pipelines.records import sha256_hex
 
 #: File suffix -> document format.
@@ -43,37 +44,6 @@ SUFFIX_FORMATS: dict[str, DocFormat] = {
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
 _RECORD_FORMATS = ("md", "txt", "rst", "html")
 _SKIP_DIRS = frozenset({".git", ".hg", ".svn"})
-
-
-@dataclass(frozen=True)
-class SourceEntry:
-    """One document of a source, listed but not yet decoded or parsed."""
-
-    source: str
-    doc_id: str
-    source_uri: str
-    format: DocFormat | None
-    #: sha256 hex of the raw bytes (JSONL: of the record's canonical JSON); None on error.
-    raw_hash: str | None
-    #: Why the document cannot be ingested, found while listing (None when it looks fine).
-    error: ParseError | None = None
-    _load: Callable[[ParsingConfig | None], Document] | None = field(
-        default=None, repr=False, compare=False
-    )
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def load(self, parsing_cfg: ParsingConfig | None = None) -> Document:
-        """Decode into a Document; raises ParseError (the listing error, or a new one).
-
-        Without `parsing_cfg`, the settings the source was listed with apply.
-        """
-        if self.error is not None:
-            raise self.error
-        assert self._load is not None
-        return self._load(parsing_cfg)
 
 
 def resolve_source_path(source_cfg: SourceConfig, base_dir: str | os.PathLike[str]) -> Path:
@@ -248,8 +218,6 @@ def _file_entry(
 
 
 def _first_heading(doc: Document) -> str:
-    from clef_pipelines.parsing.parse import parse_blocks
-
     # Parsing once here finds the title; the blocks are kept on the document for reuse.
     for block in parse_blocks(doc):
         if block.kind == "heading":

@@ -7,6 +7,7 @@ Offsets come from each block token's `.map` (its source line range), so
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -115,85 +116,119 @@ def _recover_deep_lines(tokens: list[Token], idx: LineIndex, blocks: list[Block]
     return merged
 
 
-def parse_markdown(original: str) -> list[Block]:
-    tokens = _parser().parse(_blank_front_matter(original))
-    idx = LineIndex(original)
-    out = BlockBuilder(original)
-    items: list[_Item] = []
+class _Walk:
+    """One pass over markdown-it's block tokens, adding blocks as it goes. Each handler
+    takes the index of its token and returns the index of the next token to read."""
 
-    def emit_item(item: _Item) -> None:
+    def __init__(self, original: str, tokens: list[Token]) -> None:
+        self.tokens = tokens
+        self.idx = LineIndex(original)
+        self.out = BlockBuilder(original)
+        self.items: list[_Item] = []
+
+    def run(self) -> list[Block]:
+        i = 0
+        while i < len(self.tokens):
+            handler = _HANDLERS.get(self.tokens[i].type)
+            i = handler(self, i) if handler else i + 1
+        return self.out.blocks
+
+    def _span(self, t: Token) -> tuple[int, int]:
+        return self.idx.span(*t.map) if t.map else (-1, -1)
+
+    def _emit_item(self, item: _Item) -> None:
         if item.emitted or not item.texts:
             item.emitted = True
             return
         item.emitted = True
-        s, e = idx.span(item.first_line, item.last_line)
-        out.add("list_item", "\n".join(item.texts), s, e)
+        s, e = self.idx.span(item.first_line, item.last_line)
+        self.out.add("list_item", "\n".join(item.texts), s, e)
 
-    i = 0
-    n = len(tokens)
-    while i < n:
-        t = tokens[i]
-        typ = t.type
-        if typ == "heading_open":
-            inline = tokens[i + 1]
-            s, e = idx.span(*t.map) if t.map else (-1, -1)
-            out.heading(inline.content, int(t.tag[1]), s, e)
-            i += 3
-            continue
-        if typ == "blockquote_open":
-            # A quote stays one block, whatever it holds.
-            depth, j, parts = 1, i + 1, []
-            while j < n and depth:
-                tj = tokens[j]
-                if tj.type == "blockquote_open":
-                    depth += 1
-                elif tj.type == "blockquote_close":
-                    depth -= 1
-                elif tj.type == "inline" or tj.type in ("fence", "code_block"):
-                    parts.append(tj.content.strip("\n"))
-                j += 1
-            if items:
-                emit_item(items[-1])
-            s, e = idx.span(*t.map) if t.map else (-1, -1)
-            out.add("quote", "\n".join(parts), s, e)
-            i = j
-            continue
-        if typ == "table_open":
-            text, j = _table_text(tokens, i)
-            if items:
-                emit_item(items[-1])
-            s, e = idx.span(*t.map) if t.map else (-1, -1)
-            out.add("table", text, s, e)
-            i = j
-            continue
-        if typ in ("fence", "code_block"):
-            if items:
-                emit_item(items[-1])
-            s, e = idx.span(*t.map) if t.map else (-1, -1)
-            out.add("code", t.content, s, e)
-        elif typ == "list_item_open":
-            if items:
-                emit_item(items[-1])
-            items.append(_Item(first_line=t.map[0] if t.map else 0))
-        elif typ == "list_item_close":
-            emit_item(items.pop())
-        elif typ in ("bullet_list_open", "ordered_list_open") and items:
-            emit_item(items[-1])
-        elif typ == "paragraph_open":
-            inline = tokens[i + 1]
-            if items and not items[-1].emitted:
-                items[-1].texts.append(inline.content)
-                items[-1].last_line = t.map[1] if t.map else items[-1].first_line + 1
-            elif not items:
-                s, e = idx.span(*t.map) if t.map else (-1, -1)
-                out.add("paragraph", inline.content, s, e)
-            else:
-                # A paragraph after a nested list, inside the same item: its own block.
-                s, e = idx.span(*t.map) if t.map else (-1, -1)
-                out.add("list_item", inline.content, s, e)
-            i += 3
-            continue
-        i += 1
+    def _emit_open_item(self) -> None:
+        """The open list item's text so far, before a block of its own inside it."""
+        if self.items:
+            self._emit_item(self.items[-1])
+
+    def heading(self, i: int) -> int:
+        t = self.tokens[i]
+        self.out.heading(self.tokens[i + 1].content, int(t.tag[1]), *self._span(t))
+        return i + 3
+
+    def quote(self, i: int) -> int:
+        # A quote stays one block, whatever it holds.
+        tokens, n = self.tokens, len(self.tokens)
+        depth, j, parts = 1, i + 1, []
+        while j < n and depth:
+            tj = tokens[j]
+            if tj.type == "blockquote_open":
+                depth += 1
+            elif tj.type == "blockquote_close":
+                depth -= 1
+            elif tj.type == "inline" or tj.type in ("fence", "code_block"):
+                parts.append(tj.content.strip("\n"))
+            j += 1
+        self._emit_open_item()
+        self.out.add("quote", "\n".join(parts), *self._span(tokens[i]))
+        return j
+
+    def table(self, i: int) -> int:
+        text, j = _table_text(self.tokens, i)
+        self._emit_open_item()
+        self.out.add("table", text, *self._span(self.tokens[i]))
+        return j
+
+    def code(self, i: int) -> int:
+        t = self.tokens[i]
+        self._emit_open_item()
+        self.out.add("code", t.content, *self._span(t))
+        return i + 1
+
+    def item_open(self, i: int) -> int:
+        t = self.tokens[i]
+        self._emit_open_item()
+        self.items.append(_Item(first_line=t.map[0] if t.map else 0))
+        return i + 1
+
+    def item_close(self, i: int) -> int:
+        self._emit_item(self.items.pop())
+        return i + 1
+
+    def list_open(self, i: int) -> int:
+        self._emit_open_item()
+        return i + 1
+
+    def paragraph(self, i: int) -> int:
+        t, inline = self.tokens[i], self.tokens[i + 1]
+        items = self.items
+        if items and not items[-1].emitted:
+            items[-1].texts.append(inline.content)
+            items[-1].last_line = t.map[1] if t.map else items[-1].first_line + 1
+        elif not items:
+            self.out.add("paragraph", inline.content, *self._span(t))
+        else:
+            # A paragraph after a nested list, inside the same item: its own block.
+            self.out.add("list_item", inline.content, *self._span(t))
+        return i + 3
+
+
+_HANDLERS: dict[str, Callable[[_Walk, int], int]] = {
+    "heading_open": _Walk.heading,
+    "blockquote_open": _Walk.quote,
+    "table_open": _Walk.table,
+    "fence": _Walk.code,
+    "code_block": _Walk.code,
+    "list_item_open": _Walk.item_open,
+    "list_item_close": _Walk.item_close,
+    "bullet_list_open": _Walk.list_open,
+    "ordered_list_open": _Walk.list_open,
+    "paragraph_open": _Walk.paragraph,
+}
+
+
+def parse_markdown(original: str) -> list[Block]:
+    tokens = _parser().parse(_blank_front_matter(original))
+    walk = _Walk(original, tokens)
+    blocks = walk.run()
     if max((t.level for t in tokens), default=0) >= MAX_NESTING - 2:
-        return _recover_deep_lines(tokens, idx, out.blocks)
-    return out.blocks
+        return _recover_deep_lines(tokens, walk.idx, blocks)
+    return blocks

@@ -1,9 +1,13 @@
-"""Plain types at the parsing edge: documents in, blocks out, and the one error type."""
+"""Plain types at the parsing edge: documents in, blocks out, a listed entry, the one error type."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from clef_pipelines.config import ParsingConfig
 
 DocFormat = Literal["md", "txt", "rst", "html", "pdf", "docx"]
 BlockKind = Literal["heading", "paragraph", "list_item", "table", "code", "quote"]
@@ -87,3 +91,34 @@ class Block:
     char_end: int
     order: int = 0
     verbatim: bool = False
+
+
+@dataclass(frozen=True)
+class SourceEntry:
+    """One document of a source, listed but not yet decoded or parsed."""
+
+    source: str
+    doc_id: str
+    source_uri: str
+    format: DocFormat | None
+    #: sha256 hex of the raw bytes (JSONL: of the record's canonical JSON); None on error.
+    raw_hash: str | None
+    #: Why the document cannot be ingested, found while listing (None when it looks fine).
+    error: ParseError | None = None
+    _load: Callable[[ParsingConfig | None], Document] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def load(self, parsing_cfg: ParsingConfig | None = None) -> Document:
+        """Decode into a Document; raises ParseError (the listing error, or a new one).
+
+        Without `parsing_cfg`, the settings the source was listed with apply.
+        """
+        if self.error is not None:
+            raise self.error
+        assert self._load is not None
+        return self._load(parsing_cfg)

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from clef_pipelines.config import ParsingConfig
-from clef_pipelines.parsing.models import Block, Document, ParseError
-
-if TYPE_CHECKING:
-    from clef_pipelines.parsing.loaders import SourceEntry
+from clef_pipelines.parsing.models import Block, Document, ParseError, SourceEntry
 
 
 def _parse(doc: Document) -> list[Block]:

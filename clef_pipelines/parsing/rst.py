@@ -39,6 +39,8 @@ class _Reader:
         self.lines = self.idx.lines
         self.out = BlockBuilder(original)
         self.styles: list[tuple[str, bool]] = []
+        #: The paragraph before ended in "::": indented text next is a literal (code) block.
+        self.literal_next = False
 
     def level(self, ch: str, over: bool) -> int:
         if (ch, over) not in self.styles:
@@ -71,80 +73,93 @@ class _Reader:
         self.out.add(kind, text, s, e)  # type: ignore[arg-type]
 
     def run(self) -> list[Block]:
-        lines = self.lines
-        n = len(lines)
         i = 0
-        literal_next = False
-        while i < n:
-            line = lines[i]
-            if not line.strip():
-                i += 1
-                continue
-            # Indented text after a paragraph ending in "::" is a literal (code) block.
-            if _indent(line) > 0:
-                end = self.indented_block(i)
-                self.add_lines("code" if literal_next else "quote", i, end)
-                literal_next = False
-                i = end
-                continue
-            literal_next = False
-            # Overlined section title.
-            m = _ADORN.match(line)
-            if (
-                m
-                and i + 2 < n
-                and lines[i + 1].strip()
-                and _ADORN.match(lines[i + 2])
-                and lines[i + 2].strip()[0] == m.group(1)
-            ):
-                s, e = self.idx.span(i, i + 3)
-                self.out.heading(lines[i + 1], self.level(m.group(1), True), s, e)
-                i += 3
-                continue
-            # Underlined section title.
-            if i + 1 < n and not m:
-                u = _ADORN.match(lines[i + 1])
-                if u and len(lines[i + 1].strip()) >= min(len(line.strip()), 3):
-                    s, e = self.idx.span(i, i + 2)
-                    self.out.heading(line, self.level(u.group(1), False), s, e)
-                    i += 2
-                    continue
-            if m:  # a transition line (----) on its own
-                i += 1
-                continue
-            d = _DIRECTIVE.match(line)
-            if d:
-                i = self.directive(i, d.group(1).lower())
-                continue
-            if _COMMENT.match(line):
-                i = max(self.indented_block(i + 1), i + 1)
-                continue
-            if line.startswith(("+-", "+=")):
-                end = i
-                while end < n and lines[end].strip():
-                    end += 1
-                self.add_lines("table", i, end, "\n".join(lines[i:end]))
-                i = end
-                continue
-            if _SIMPLE_TABLE.match(line):
-                i = self.simple_table(i)
-                continue
-            b = _BULLET.match(line)
-            if b:
-                i = self.list_item(i, len(b.group(0)))
-                continue
-            # Paragraph: up to a blank line.
-            end = i
-            while end < n and lines[end].strip() and not (end > i and _indent(lines[end]) > 0):
-                end += 1
-            text = "\n".join(lines[i:end]).strip()
-            if text.endswith("::"):
-                literal_next = True
-                text = text[:-3].rstrip() if text.endswith(" ::") or text == "::" else text[:-1]
-            if text:
-                self.add_lines("paragraph", i, end, text)
-            i = end
+        while i < len(self.lines):
+            i = self.block(i)
         return self.out.blocks
+
+    def block(self, i: int) -> int:
+        """Read the block starting at line i; returns the line after it."""
+        line = self.lines[i]
+        if not line.strip():
+            return i + 1
+        if _indent(line) > 0:
+            return self.indented(i)
+        self.literal_next = False
+        after_title = self.title(i)
+        return self.unindented(i) if after_title is None else after_title
+
+    def indented(self, i: int) -> int:
+        # Indented text after a paragraph ending in "::" is a literal (code) block.
+        end = self.indented_block(i)
+        self.add_lines("code" if self.literal_next else "quote", i, end)
+        self.literal_next = False
+        return end
+
+    def title(self, i: int) -> int | None:
+        """The line after a section title (or a transition line) at line i; None if none."""
+        lines, n, line = self.lines, len(self.lines), self.lines[i]
+        # Overlined section title.
+        m = _ADORN.match(line)
+        if (
+            m
+            and i + 2 < n
+            and lines[i + 1].strip()
+            and _ADORN.match(lines[i + 2])
+            and lines[i + 2].strip()[0] == m.group(1)
+        ):
+            s, e = self.idx.span(i, i + 3)
+            self.out.heading(lines[i + 1], self.level(m.group(1), True), s, e)
+            return i + 3
+        # Underlined section title.
+        if i + 1 < n and not m:
+            u = _ADORN.match(lines[i + 1])
+            if u and len(lines[i + 1].strip()) >= min(len(line.strip()), 3):
+                s, e = self.idx.span(i, i + 2)
+                self.out.heading(line, self.level(u.group(1), False), s, e)
+                return i + 2
+        if m:  # a transition line (----) on its own
+            return i + 1
+        return None
+
+    def unindented(self, i: int) -> int:
+        """A directive, comment, table, list item or paragraph starting at line i."""
+        line = self.lines[i]
+        d = _DIRECTIVE.match(line)
+        if d:
+            return self.directive(i, d.group(1).lower())
+        if _COMMENT.match(line):
+            return max(self.indented_block(i + 1), i + 1)
+        if line.startswith(("+-", "+=")):
+            return self.grid_table(i)
+        if _SIMPLE_TABLE.match(line):
+            return self.simple_table(i)
+        b = _BULLET.match(line)
+        if b:
+            return self.list_item(i, len(b.group(0)))
+        return self.paragraph(i)
+
+    def grid_table(self, i: int) -> int:
+        lines = self.lines
+        end = i
+        while end < len(lines) and lines[end].strip():
+            end += 1
+        self.add_lines("table", i, end, "\n".join(lines[i:end]))
+        return end
+
+    def paragraph(self, i: int) -> int:
+        # Paragraph: up to a blank line.
+        lines, n = self.lines, len(self.lines)
+        end = i
+        while end < n and lines[end].strip() and not (end > i and _indent(lines[end]) > 0):
+            end += 1
+        text = "\n".join(lines[i:end]).strip()
+        if text.endswith("::"):
+            self.literal_next = True
+            text = text[:-3].rstrip() if text.endswith(" ::") or text == "::" else text[:-1]
+        if text:
+            self.add_lines("paragraph", i, end, text)
+        return end
 
     def directive(self, i: int, name: str) -> int:
         end = max(self.indented_block(i + 1), i + 1)

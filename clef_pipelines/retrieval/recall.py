@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clef_pipelines.config import Settings
-from clef_pipelines.embedding import Embedder, make_embedder
-from clef_pipelines.retrieval.config import FusionConfig, RecallMode
+from clef_pipelines.embedding import Embedder
+from clef_pipelines.retrieval.config import FusionConfig, RecallMode, RetrievalConfig
 from clef_pipelines.retrieval.fusion import search
-from clef_pipelines.stores import Hit, StoreError, VectorStore, open_store
+from clef_pipelines.stores import Hit, StoreError, VectorStore
 from clef_pipelines.stores.manifest import check_manifest
 
 
@@ -70,12 +69,13 @@ def recall(
     collection: str,
     top_k: int = 5,
     where: dict[str, Any] | None = None,
-    mode: RecallMode = "vector",
+    mode: RecallMode = RetrievalConfig.model_fields["mode"].default,
     fusion: FusionConfig | None = None,
 ) -> list[Passage]:
     """The top_k passages for ``query``. ``mode``: ``vector`` (nearest embeddings), ``text``
-    (full-text match; the embedder is not called) or ``hybrid`` (both, fused by ``fusion``).
-    A hybrid passage's ``score`` is its fused score."""
+    (full-text match; the embedder is not called) or ``hybrid`` (both, fused by ``fusion``);
+    by default the configuration's default, ``retrieval.mode``. A hybrid passage's ``score``
+    is its fused score."""
     if not query.strip():
         raise ValueError("the query is empty")
     if not store.has_collection(collection):
@@ -99,35 +99,3 @@ def recall(
         fusion=fusion,
     )
     return [_passage(i + 1, h) for i, h in enumerate(hits)]
-
-
-def recall_with_settings(
-    settings: Settings,
-    queries: list[str],
-    *,
-    collection: str | None = None,
-    top_k: int = 5,
-    where: dict[str, Any] | None = None,
-    mode: RecallMode | None = None,
-) -> list[list[Passage]]:
-    """Recall for several queries with one store connection and one embedder load; ``mode``
-    defaults to ``retrieval.mode``."""
-    store = open_store(settings.store, settings.data_path)
-    embedder = make_embedder(settings.embedder)
-    try:
-        return [
-            recall(
-                q,
-                store=store,
-                embedder=embedder,
-                collection=collection or settings.collection,
-                top_k=top_k,
-                where=where,
-                mode=mode or settings.retrieval.mode,
-                fusion=settings.retrieval.fusion,
-            )
-            for q in queries
-        ]
-    finally:
-        store.close()
-        embedder.close()

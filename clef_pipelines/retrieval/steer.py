@@ -11,14 +11,15 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from clef_pipelines.clef.client import ClefClient
 from clef_pipelines.clef.errors import ClefError
 from clef_pipelines.clef.usage import price_per_token
-from clef_pipelines.retrieval.config import RetrievalConfig
+from clef_pipelines.retrieval.config import ClassifyConfig, RetrievalConfig, SelectConfig
 from clef_pipelines.retrieval.result import RetrievalResult, StageTrace
 from clef_pipelines.steering.candidates import Candidate
-from clef_pipelines.steering.classify import WaveHistory, classify
+from clef_pipelines.steering.classify import ClassifyOutcome, WaveHistory, classify
 from clef_pipelines.steering.compact import TokenReport, drop_before_asking, fill_budget
 from clef_pipelines.steering.gate import ask_gate
 from clef_pipelines.steering.select import (
@@ -59,27 +60,67 @@ async def steer(
     wave_history: WaveHistory | None = None,
 ) -> RetrievalResult:
     """Fill `result` with the kept passages, conflicts, drops, gate and trace.
-    `wave_history`: a warm caller's record for `classify.waves: auto` (None: waves on)."""
-    query = result.query
+    `wave_history`: a warm caller's record for `classify.waves: auto` (None: waves on).
+
+    The stages, in order: compaction's checks that need no Clef, classify, select, expand
+    (when given), compaction's token budget, gate. The trace lists classify, select, expand,
+    compact and gate."""
     price = clef_price(client)
     unavailable = clef_unavailable(client)
     budget = cfg.compact.token_budget if cfg.compact.mode == "on" else None
     result.tokens = TokenReport(before=sum(c.tokens for c in candidates), after=0, budget=budget)
+    compact_trace = _drop_before_asking(candidates, cfg, budget)
+    scored, not_needed = await _classify(
+        result,
+        candidates,
+        cfg,
+        client,
+        unavailable,
+        price,
+        ask_instructs_ai=ask_instructs_ai,
+        wave_history=wave_history,
+    )
+    chosen, select_trace = _select(result, candidates, cfg, scored=scored, not_needed=not_needed)
+    if expand is not None and chosen.kept:
+        await _expand(result, chosen, expand)
+    _fill_budget(result, chosen, budget, compact_trace)
+    # Every passage's fate with the probabilities behind it, in one place.
+    select_trace.details["decisions"] = _decisions(candidates)
+    if run_gate:
+        await _gate(result, cfg, client, unavailable, price)
+    return result
 
-    # Compaction's checks that need no Clef: their passages are not asked about.
-    pre = StageTrace("compact", mode=cfg.compact.mode)
+
+def _drop_before_asking(
+    candidates: Sequence[Candidate], cfg: RetrievalConfig, budget: int | None
+) -> StageTrace:
+    """Compaction's checks that need no Clef: their passages are not asked about. The
+    returned trace is the compact stage's, listed once the token budget is filled."""
+    trace = StageTrace("compact", mode=cfg.compact.mode)
     if cfg.compact.mode == "on":
         t = time.perf_counter()
         n = drop_before_asking(candidates, dedupe=cfg.compact.dedupe, token_budget=budget)
-        pre.ms = (time.perf_counter() - t) * 1e3
-        pre.details["dropped_before_asking"] = n
+        trace.ms = (time.perf_counter() - t) * 1e3
+        trace.details["dropped_before_asking"] = n
+    return trace
 
-    # classify
+
+async def _classify(
+    result: RetrievalResult,
+    candidates: Sequence[Candidate],
+    cfg: RetrievalConfig,
+    client: ClefClient | None,
+    unavailable: str | None,
+    price: float,
+    *,
+    ask_instructs_ai: bool,
+    wave_history: WaveHistory | None,
+) -> tuple[bool, list[Candidate]]:
+    """The classify stage: whether every passage was scored, and the passages classification
+    did not need to ask about (waves)."""
     ccfg = cfg.classify
     trace = StageTrace("classify", mode=ccfg.mode)
     result.stages.append(trace)
-    scored = False
-    not_needed: list[Candidate] = []
     if ccfg.mode == "off":
         trace.skipped = "mode off"
     elif ccfg.mode == "on" and cfg.select.mode == "off":
@@ -90,111 +131,170 @@ async def steer(
             result.degrade(unavailable)
     else:
         assert client is not None
-        scfg = cfg.select
-        no_waves = waves_cannot_settle(scfg) if ccfg.waves else "classify.waves is off"
-        in_waves = True
-        if ccfg.waves == "auto" and wave_history is not None and not no_waves:
-            in_waves = wave_history.worth_it(ccfg.waves_min_settled)
-        try:
-            outcome = await classify(
-                client,
-                query,
-                candidates,
-                ask_instructs_ai=ask_instructs_ai,
-                layout=ccfg.layout,
-                passages_per_request=ccfg.passages_per_request if ccfg.packed else 1,
-                shared_wording=ccfg.shared_wording,
-                settled=None if no_waves else lambda done, rest: settled(done, rest, scfg),
-                first_wave=ccfg.first_wave,
-                min_first_wave=scfg.max_passages,
-                ask_in_waves=in_waves,
-            )
-        except ClefError as exc:  # e.g. a passage too long for any request
-            trace.error = f"{type(exc).__name__}: {exc}"
-            if ccfg.mode == "on":
-                result.degrade(f"classify failed: {trace.error}")
-        else:
-            trace.ms = outcome.ms
-            trace.requests = outcome.requests
-            trace.input_tokens = outcome.input_tokens
-            trace.cost_usd = outcome.input_tokens * price
-            not_needed = outcome.not_needed
-            trace.details.update(
-                passages=outcome.asked,
-                questions=outcome.questions,
-                instructs_ai_asked=ask_instructs_ai,
-                waves=outcome.waves,
-            )
-            if no_waves:
-                trace.details["waves_off"] = no_waves
-            else:
-                trace.details.update(first_wave=outcome.first_wave, not_needed=len(not_needed))
-                if wave_history is not None and ccfg.waves == "auto":
-                    share = wave_history.share
-                    trace.details["waves_auto"] = {
-                        "asked_in_waves": in_waves,
-                        "recent_settled": None if share is None else round(share, 3),
-                        "min_settled": ccfg.waves_min_settled,
-                    }
-                if wave_history is not None and outcome.settled is not None:
-                    wave_history.record(outcome.settled)
-            if outcome.failed:
-                first = next(iter(outcome.failed.values()))
-                trace.error = f"{len(outcome.failed)} passage(s) not scored: {first}"
-                if ccfg.mode == "on":
-                    result.degrade(f"classify failed: {first}")
-            else:
-                scored = True
+        return await _ask_classify(
+            result,
+            trace,
+            candidates,
+            cfg,
+            client,
+            price,
+            ask_instructs_ai=ask_instructs_ai,
+            wave_history=wave_history,
+        )
+    return False, []
 
-    # select. Passages classification did not need to ask about (waves) are dropped as
-    # `not_needed`: no answer about them could have changed the result (`select.settled`).
-    scfg = cfg.select
-    strace = StageTrace("select", mode=scfg.mode if scored or ccfg.mode != "on" else "fallback")
-    result.stages.append(strace)
+
+async def _ask_classify(
+    result: RetrievalResult,
+    trace: StageTrace,
+    candidates: Sequence[Candidate],
+    cfg: RetrievalConfig,
+    client: ClefClient,
+    price: float,
+    *,
+    ask_instructs_ai: bool,
+    wave_history: WaveHistory | None,
+) -> tuple[bool, list[Candidate]]:
+    ccfg, scfg = cfg.classify, cfg.select
+    no_waves = waves_cannot_settle(scfg) if ccfg.waves else "classify.waves is off"
+    in_waves = True
+    if ccfg.waves == "auto" and wave_history is not None and not no_waves:
+        in_waves = wave_history.worth_it(ccfg.waves_min_settled)
+    try:
+        outcome = await classify(
+            client,
+            result.query,
+            candidates,
+            ask_instructs_ai=ask_instructs_ai,
+            layout=ccfg.layout,
+            passages_per_request=ccfg.passages_per_request if ccfg.packed else 1,
+            shared_wording=ccfg.shared_wording,
+            settled=None if no_waves else lambda done, rest: settled(done, rest, scfg),
+            first_wave=ccfg.first_wave,
+            min_first_wave=scfg.max_passages,
+            ask_in_waves=in_waves,
+        )
+    except ClefError as exc:  # e.g. a passage too long for any request
+        trace.error = f"{type(exc).__name__}: {exc}"
+        if ccfg.mode == "on":
+            result.degrade(f"classify failed: {trace.error}")
+        return False, []
+    trace.ms = outcome.ms
+    trace.requests = outcome.requests
+    trace.input_tokens = outcome.input_tokens
+    trace.cost_usd = outcome.input_tokens * price
+    trace.details.update(
+        passages=outcome.asked,
+        questions=outcome.questions,
+        instructs_ai_asked=ask_instructs_ai,
+        waves=outcome.waves,
+    )
+    if no_waves:
+        trace.details["waves_off"] = no_waves
+    else:
+        _record_waves(trace, outcome, ccfg, wave_history, in_waves=in_waves)
+    if outcome.failed:
+        first = next(iter(outcome.failed.values()))
+        trace.error = f"{len(outcome.failed)} passage(s) not scored: {first}"
+        if ccfg.mode == "on":
+            result.degrade(f"classify failed: {first}")
+        return False, outcome.not_needed
+    return True, outcome.not_needed
+
+
+def _record_waves(
+    trace: StageTrace,
+    outcome: ClassifyOutcome,
+    ccfg: ClassifyConfig,
+    wave_history: WaveHistory | None,
+    *,
+    in_waves: bool,
+) -> None:
+    """What classifying in waves did, and (`waves: auto`) whether it was worth it."""
+    trace.details.update(first_wave=outcome.first_wave, not_needed=len(outcome.not_needed))
+    if wave_history is None:
+        return
+    if ccfg.waves == "auto":
+        share = wave_history.share
+        trace.details["waves_auto"] = {
+            "asked_in_waves": in_waves,
+            "recent_settled": None if share is None else round(share, 3),
+            "min_settled": ccfg.waves_min_settled,
+        }
+    if outcome.settled is not None:
+        wave_history.record(outcome.settled)
+
+
+def _select(
+    result: RetrievalResult,
+    candidates: Sequence[Candidate],
+    cfg: RetrievalConfig,
+    *,
+    scored: bool,
+    not_needed: list[Candidate],
+) -> tuple[Selection, StageTrace]:
+    """The select stage. Passages classification did not need to ask about (waves) are
+    dropped as `not_needed`: no answer about them could have changed the result
+    (`select.settled`). Unscored, or with select off, the passages stay in vector order."""
+    ccfg, scfg = cfg.classify, cfg.select
+    trace = StageTrace("select", mode=scfg.mode if scored or ccfg.mode != "on" else "fallback")
+    result.stages.append(trace)
     t = time.perf_counter()
     if ccfg.mode == "shadow" and scored:
-        # What `on` would have kept, on copies; the result itself stays in vector order.
-        skip = {id(c) for c in not_needed}
-        copies = [copy.copy(c) for c in candidates]
-        for orig, c in zip(candidates, copies, strict=True):
-            if id(orig) in skip:
-                c.reason = "not_needed"
-        would = select(copies, scfg)
-        strace.details["shadow"] = {
-            "keep": [c.id for c in would.kept],
-            "conflicts": [c.id for c in would.conflicts],
-            "drop": {c.id: c.reason for c in would.dropped},
-        }
+        trace.details["shadow"] = _shadow_selection(candidates, not_needed, scfg)
     if scfg.mode == "on" and scored and ccfg.mode == "on":
         for c in not_needed:
             c.reason = "not_needed"
         chosen: Selection = select(candidates, scfg)
-        strace.details["strategy"] = scfg.strategy
+        trace.details["strategy"] = scfg.strategy
     else:
         chosen = vector_order(candidates, scfg.max_passages)
-        strace.details["strategy"] = "vector order"
-    strace.ms = (time.perf_counter() - t) * 1e3
+        trace.details["strategy"] = "vector order"
+    trace.ms = (time.perf_counter() - t) * 1e3
+    return chosen, trace
 
-    if expand is not None and chosen.kept:
-        t = time.perf_counter()
-        before = len(chosen.kept)
-        chosen.kept = await expand(chosen.kept)
-        result.stages.append(
-            StageTrace(
-                "expand",
-                ms=(time.perf_counter() - t) * 1e3,
-                details={"added": len(chosen.kept) - before},
-            )
+
+def _shadow_selection(
+    candidates: Sequence[Candidate], not_needed: list[Candidate], scfg: SelectConfig
+) -> dict[str, Any]:
+    """What `on` would have kept, on copies; the result itself stays in vector order."""
+    skip = {id(c) for c in not_needed}
+    copies = [copy.copy(c) for c in candidates]
+    for orig, c in zip(candidates, copies, strict=True):
+        if id(orig) in skip:
+            c.reason = "not_needed"
+    would = select(copies, scfg)
+    return {
+        "keep": [c.id for c in would.kept],
+        "conflicts": [c.id for c in would.conflicts],
+        "drop": {c.id: c.reason for c in would.dropped},
+    }
+
+
+async def _expand(result: RetrievalResult, chosen: Selection, expand: Expander) -> None:
+    t = time.perf_counter()
+    before = len(chosen.kept)
+    chosen.kept = await expand(chosen.kept)
+    result.stages.append(
+        StageTrace(
+            "expand",
+            ms=(time.perf_counter() - t) * 1e3,
+            details={"added": len(chosen.kept) - before},
         )
+    )
 
-    # compact: the token budget
+
+def _fill_budget(
+    result: RetrievalResult, chosen: Selection, budget: int | None, trace: StageTrace
+) -> None:
+    """Compaction's token budget over the selection; fills the result's passages."""
     t = time.perf_counter()
     kept, conflicts, over = fill_budget(chosen.kept, chosen.conflicts, budget)
-    pre.ms += (time.perf_counter() - t) * 1e3
+    trace.ms += (time.perf_counter() - t) * 1e3
     result.passages, result.conflicts = kept, conflicts
     result.dropped = [*chosen.dropped, *over]
     result.tokens.after = sum(c.tokens for c in [*kept, *conflicts])
-    pre.details.update(
+    trace.details.update(
         kept=len(kept) + len(conflicts),
         dropped={
             r: n
@@ -203,20 +303,17 @@ async def steer(
         },
         **result.tokens.as_dict(),
     )
-    result.stages.append(pre)
-    # Every passage's fate with the probabilities behind it, in one place.
-    strace.details["decisions"] = {
+    result.stages.append(trace)
+
+
+def _decisions(candidates: Sequence[Candidate]) -> dict[str, dict[str, Any]]:
+    return {
         c.id: {
             "decision": "conflict" if c.conflict else (c.reason or "keep"),
             **{k: round(v, 4) for k, v in c.scores.items()},
         }
         for c in candidates
     }
-
-    # gate
-    if run_gate:
-        await _gate(result, cfg, client, unavailable, price)
-    return result
 
 
 async def _gate(

@@ -9,17 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Why a passage was left out. `unscored` never drops: a failed Clef call keeps vector order.
-DROP_REASONS = (
-    "instructs_ai",  # Clef: instructions addressed to an AI assistant, not information
-    "irrelevant",  # Clef: does not address the query
-    "no_evidence",  # threshold strategy: relevant but holds nothing usable in an answer
-    "duplicate",  # the same text as a passage already kept
-    "over_max_passages",  # ranked below the `max_passages` best
-    "over_budget",  # did not fit the token budget
-    "not_needed",  # not asked (classify waves): ranked below the kept set whatever Clef said
-)
-
 #: Payload fields that are not worth carrying into a result (big, or internal).
 _HIDDEN_FIELDS = ("vector", "embed_text", "text")
 
@@ -36,6 +25,15 @@ class Candidate:
     tokens: int = 0
     scores: dict[str, float] = field(default_factory=dict)
     conflict: bool = False
+    # Why the passage was left out (None: kept). `unscored` never drops: a failed Clef call
+    # keeps vector order.
+    #   "instructs_ai": Clef: instructions addressed to an AI assistant, not information
+    #   "irrelevant": Clef: does not address the query
+    #   "no_evidence": threshold strategy: relevant but holds nothing usable in an answer
+    #   "duplicate": the same text as a passage already kept
+    #   "over_max_passages": ranked below the `max_passages` best
+    #   "over_budget": did not fit the token budget
+    #   "not_needed": not asked (classify waves): ranked below the kept set whatever Clef said
     reason: str | None = None
     expanded_from: str | None = None
 

@@ -26,13 +26,9 @@ def judged_actions(screened: pl.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in judged.group_by("screen_action").len().iter_rows()}
 
 
-def screen_rates(screened: pl.DataFrame, bounds: ChecksConfig) -> Check:
-    """Quarantine and drop rates of the partition's screened blocks within the bounds."""
-    return screen_rates_of(judged_actions(screened), bounds)
-
-
 def screen_rates_of(actions: Mapping[str, int], bounds: ChecksConfig) -> Check:
-    """`screen_rates` from the judged blocks' actions counted over a run's batches."""
+    """Quarantine and drop rates of the judged blocks' actions (`judged_actions`, counted
+    over a run's batches) within the bounds."""
     n = sum(actions.values())
     q = actions.get("quarantine", 0) / n if n else 0.0
     d = actions.get("drop", 0) / n if n else 0.0

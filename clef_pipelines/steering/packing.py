@@ -43,7 +43,12 @@ from typing import Any, Literal
 
 from clef_pipelines.clef.client import ClefClient
 from clef_pipelines.clef.errors import ClefError
-from clef_pipelines.clef.tokens import PROMPT_OVERHEAD_TOKENS, question_tokens, state_tokens
+from clef_pipelines.clef.tokens import (
+    PROMPT_OVERHEAD_TOKENS,
+    TokenCounter,
+    question_tokens,
+    state_tokens,
+)
 from clef_pipelines.clef.wire import MAX_QUESTIONS, ChoiceAnswer, NoulAnswer, ScoreAnswer
 
 Answer = NoulAnswer | ChoiceAnswer | ScoreAnswer
@@ -149,6 +154,11 @@ def _asks_for(subject: Subject, asks: Sequence[Ask]) -> list[Ask]:
     return [a for a in asks if a.name in wanted]
 
 
+#: A subject as planned: the state keys it is sent under, the subject, its asks, and what its
+#: questions cost.
+_Member = tuple[tuple[str, ...], Subject, list[Ask], int]
+
+
 def plan_groups(
     client: ClefClient,
     subjects: Sequence[Subject],
@@ -176,104 +186,151 @@ def plan_groups(
         fixed.update(_wording(asks))
     # A small margin: the client counts question headers by their place in the whole request.
     room = client.context_tokens - PROMPT_OVERHEAD_TOKENS - state_tokens(counter, fixed)
-    budget = int(room * 0.97) - 8
+    planner = _Planner(
+        counter,
+        layout,
+        budget=int(room * 0.97) - 8,
+        first_ref=first_ref,
+        shared=shared,
+        max_subjects=max_subjects_per_request,
+    )
+    planned, too_large = planner.plan(subjects, asks)
+    return planner.pack(_units(planned)), too_large
+
+
+@dataclass
+class _Planner:
+    """Costs subjects and packs them into groups that fit one request each."""
+
+    counter: TokenCounter
+    layout: Layout
+    budget: int
+    first_ref: int
+    shared: bool
+    max_subjects: int | None
     # One state key per distinct text, numbered in order of first appearance: a text shared by
     # several subjects (a paragraph and the chunks cut from it) is sent once per request.
-    refs: dict[str, str] = {}
-    text_of: dict[str, str] = {}
-    text_cost: dict[str, int] = {}
+    refs: dict[str, str] = field(default_factory=dict)
+    text_of: dict[str, str] = field(default_factory=dict)
+    text_cost: dict[str, int] = field(default_factory=dict)
 
-    def ref_of(text: str) -> str:
-        ref = refs.get(text)
+    def ref_of(self, text: str) -> str:
+        ref = self.refs.get(text)
         if ref is None:
-            ref = refs[text] = f"{_KEY_PREFIX}{len(refs) + first_ref}"
-            text_of[ref] = text
+            ref = self.refs[text] = f"{_KEY_PREFIX}{len(self.refs) + self.first_ref}"
+            self.text_of[ref] = text
             # The text's share of the state: its key and value inside the state object.
-            text_cost[ref] = counter.count(f'"{ref}": ') + state_tokens(counter, text)
+            self.text_cost[ref] = self.counter.count(f'"{ref}": ') + state_tokens(
+                self.counter, text
+            )
         return ref
 
-    planned: list[tuple[tuple[str, ...], Subject, list[Ask], int]] = []
-    too_large: dict[str, str] = {}
-    seen: set[str] = set()
-    for subject in subjects:
-        if subject.key in seen:
-            raise ValueError(f"subject keys must be unique; repeated: {subject.key!r}")
-        seen.add(subject.key)
-        mine = _asks_for(subject, asks)
-        if not mine:
-            continue
-        if layout == "state_key":
-            keys = tuple(ref_of(t) for t in subject.sent())
+    def plan(
+        self, subjects: Sequence[Subject], asks: Sequence[Ask]
+    ) -> tuple[list[_Member], dict[str, str]]:
+        """Each subject with asks, costed; those too large for any request apart."""
+        planned: list[_Member] = []
+        too_large: dict[str, str] = {}
+        seen: set[str] = set()
+        for subject in subjects:
+            if subject.key in seen:
+                raise ValueError(f"subject keys must be unique; repeated: {subject.key!r}")
+            seen.add(subject.key)
+            mine = _asks_for(subject, asks)
+            if not mine:
+                continue
+            member = self.member(subject, mine)
+            alone = member[3] + (
+                sum(self.text_cost[r] for r in set(member[0])) if self.layout == "state_key" else 0
+            )
+            if len(mine) > MAX_QUESTIONS or alone > self.budget:
+                too_large[subject.key] = (
+                    f"{len(mine)} questions and {alone} tokens do not fit one request "
+                    f"(at most {MAX_QUESTIONS} questions and {self.budget} tokens beside the "
+                    "context); texts are never truncated: split the subject"
+                )
+                continue
+            planned.append(member)
+        return planned, too_large
+
+    def member(self, subject: Subject, mine: list[Ask]) -> _Member:
+        if self.layout == "state_key":
+            keys = tuple(self.ref_of(t) for t in subject.sent())
             inline = None
         else:
-            keys = (ref_of(subject.text),)
+            keys = (self.ref_of(subject.text),)
             inline = subject.text
         cost = 0
         for i, a in enumerate(mine, start=1):
             cost += question_tokens(
-                counter, f"{keys[0]}.{a.name}", a.question(keys, inline, shared=shared), i
+                self.counter,
+                f"{keys[0]}.{a.name}",
+                a.question(keys, inline, shared=self.shared),
+                i,
             )
-        alone = cost + (sum(text_cost[r] for r in set(keys)) if layout == "state_key" else 0)
-        if len(mine) > MAX_QUESTIONS or alone > budget:
-            too_large[subject.key] = (
-                f"{len(mine)} questions and {alone} tokens do not fit one request "
-                f"(at most {MAX_QUESTIONS} questions and {budget} tokens beside the context); "
-                "texts are never truncated: split the subject"
-            )
-            continue
-        planned.append((keys, subject, mine, cost))
+        return keys, subject, mine, cost
 
-    def new_texts(g: _Group, keys: Sequence[str]) -> set[str]:
-        return {r for r in keys if r not in g.texts} if layout == "state_key" else set()
+    def new_texts(self, g: _Group, keys: Sequence[str]) -> set[str]:
+        return {r for r in keys if r not in g.texts} if self.layout == "state_key" else set()
 
-    def fits(g: _Group, members: Sequence[tuple[tuple[str, ...], Subject, list[Ask], int]]) -> bool:
+    def fits(self, g: _Group, members: Sequence[_Member]) -> bool:
         keys = {r for m in members for r in m[0]}
         tokens = g.tokens + sum(m[3] for m in members)
-        tokens += sum(text_cost[r] for r in new_texts(g, list(keys)))
+        tokens += sum(self.text_cost[r] for r in self.new_texts(g, list(keys)))
         questions = g.questions + sum(len(m[2]) for m in members)
         subjects = len(g.subjects) + len(members)
         return (
             questions <= MAX_QUESTIONS
-            and tokens <= budget
-            and (max_subjects_per_request is None or subjects <= max_subjects_per_request)
+            and tokens <= self.budget
+            and (self.max_subjects is None or subjects <= self.max_subjects)
         )
 
-    def add(g: _Group, member: tuple[tuple[str, ...], Subject, list[Ask], int]) -> None:
+    def add(self, g: _Group, member: _Member) -> None:
         keys, subject, mine, cost = member
-        for r in new_texts(g, keys):
-            g.texts[r] = text_of[r]
-            g.tokens += text_cost[r]
+        for r in self.new_texts(g, keys):
+            g.texts[r] = self.text_of[r]
+            g.tokens += self.text_cost[r]
         g.subjects.append((keys, subject, mine))
         g.questions += len(mine)
         g.tokens += cost
 
-    # Units placed whole: a bundle (consecutive subjects sharing one), or a subject alone.
-    units: list[list[tuple[tuple[str, ...], Subject, list[Ask], int]]] = []
+    def pack(self, units: list[list[_Member]]) -> list[_Group]:
+        """Units in order, each into the last group when it fits, else into a new one."""
+        groups: list[_Group] = [_Group()]
+        for unit in units:
+            g = groups[-1]
+            if not self.fits(g, unit):
+                if g.subjects:
+                    g = _Group()
+                    groups.append(g)
+                if not self.fits(g, unit):
+                    self.split(groups, unit)
+                    continue
+            for member in unit:
+                self.add(g, member)
+        return [g for g in groups if g.subjects]
+
+    def split(self, groups: list[_Group], unit: list[_Member]) -> None:
+        """A bundle too large for one request: its subjects go one by one (each sends its
+        own texts), never dropped."""
+        g = groups[-1]
+        for member in unit:
+            if not self.fits(g, [member]) and g.subjects:
+                g = _Group()
+                groups.append(g)
+            self.add(g, member)
+
+
+def _units(planned: list[_Member]) -> list[list[_Member]]:
+    """Units placed whole: a bundle (consecutive subjects sharing one), or a subject alone."""
+    units: list[list[_Member]] = []
     for member in planned:
         b = member[1].bundle
         if b is not None and units and units[-1][0][1].bundle == b:
             units[-1].append(member)
         else:
             units.append([member])
-    groups: list[_Group] = [_Group()]
-    for unit in units:
-        g = groups[-1]
-        if not fits(g, unit):
-            if g.subjects:
-                g = _Group()
-                groups.append(g)
-            if not fits(g, unit):
-                # A bundle too large for one request: its subjects go one by one (each sends
-                # its own texts), never dropped.
-                for member in unit:
-                    if not fits(g, [member]) and g.subjects:
-                        g = _Group()
-                        groups.append(g)
-                    add(g, member)
-                continue
-        for member in unit:
-            add(g, member)
-    return [g for g in groups if g.subjects], too_large
+    return units
 
 
 def _wording(asks: Sequence[Ask]) -> dict[str, str]:

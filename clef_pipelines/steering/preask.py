@@ -113,31 +113,8 @@ def _plan_document(
     ask_names: tuple[str, ...],
 ) -> None:
     drafts = [units for units, _ in structural_drafts(doc_blocks, cfg, counter)]
-    # Each block's runs: its consecutive units in one chunk, in order (structural chunks do
-    # not overlap, so the runs of a block cover its units once).
-    runs: dict[int, list[str | None]] = {}
-    chunk_runs: list[list[tuple[int, str | None]]] = []
-    for units in drafts:
-        mine: list[tuple[int, str | None]] = []
-        k = 0
-        while k < len(units):
-            b = units[k].block
-            j = k
-            while j < len(units) and units[j].block == b:
-                j += 1
-            text = _run_text(doc_blocks[b], units[k:j])
-            runs.setdefault(b, []).append(text)
-            mine.append((b, text))
-            k = j
-        chunk_runs.append(mine)
-    ok: dict[int, tuple[str, ...]] = {}
-    for b, texts in runs.items():
-        row = rows[b]
-        if row not in wanted or any(t is None for t in texts):
-            continue
-        parts = tuple(t for t in texts if t is not None)
-        if _covers(doc_blocks[b].text, parts):
-            ok[b] = parts
+    runs, chunk_runs = _runs(drafts, doc_blocks)
+    ok = _parted_blocks(runs, rows, doc_blocks, wanted)
     # Bundles: blocks joined by a chunk they share go in one request with their chunks.
     parent = {b: b for b in ok}
 
@@ -171,6 +148,47 @@ def _plan_document(
         tagged = Subject(subject.key, subject.text, subject.asks, subject.parts, f"{doc_id}:{root}")
         plan.chunks.append(tagged)
         plan.chunks_after.setdefault(rows[last[root]], []).append(tagged)
+
+
+def _runs(
+    drafts: list[list[Unit]], doc_blocks: list[Block]
+) -> tuple[dict[int, list[str | None]], list[list[tuple[int, str | None]]]]:
+    """Each block's runs: its consecutive units in one chunk, in order (structural chunks do
+    not overlap, so the runs of a block cover its units once); and each chunk's runs, as
+    (block, text)."""
+    runs: dict[int, list[str | None]] = {}
+    chunk_runs: list[list[tuple[int, str | None]]] = []
+    for units in drafts:
+        mine: list[tuple[int, str | None]] = []
+        k = 0
+        while k < len(units):
+            b = units[k].block
+            j = k
+            while j < len(units) and units[j].block == b:
+                j += 1
+            text = _run_text(doc_blocks[b], units[k:j])
+            runs.setdefault(b, []).append(text)
+            mine.append((b, text))
+            k = j
+        chunk_runs.append(mine)
+    return runs, chunk_runs
+
+
+def _parted_blocks(
+    runs: dict[int, list[str | None]],
+    rows: list[int],
+    doc_blocks: list[Block],
+    wanted: set[int],
+) -> dict[int, tuple[str, ...]]:
+    """The wanted blocks whose runs are the block's text in order: block -> its parts."""
+    ok: dict[int, tuple[str, ...]] = {}
+    for b, texts in runs.items():
+        if rows[b] not in wanted or any(t is None for t in texts):
+            continue
+        parts = tuple(t for t in texts if t is not None)
+        if _covers(doc_blocks[b].text, parts):
+            ok[b] = parts
+    return ok
 
 
 def _covers(text: str, parts: Sequence[str]) -> bool:

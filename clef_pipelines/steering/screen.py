@@ -127,6 +127,19 @@ def is_screenable(kind: str, text: str | None, kinds: Sequence[str]) -> bool:
     return kind in kinds and bool((text or "").strip())
 
 
+@dataclass
+class _Judged:
+    """What the judges said, by block index."""
+
+    p_boiler: dict[int, float] = field(default_factory=dict)
+    p_ai: dict[int, float] = field(default_factory=dict)
+    #: Screenable blocks Clef could not answer about (screened again on the next run).
+    failed: set[int] = field(default_factory=set)
+    p_guard: dict[int, float] = field(default_factory=dict)
+    language: dict[int, str] = field(default_factory=dict)
+    guard_threshold: float = 1.0
+
+
 def screen_blocks(
     blocks: pl.DataFrame, steering: Steering, *, chunking: ChunkingConfig | None = None
 ) -> tuple[pl.DataFrame, ScreenReport]:
@@ -143,119 +156,10 @@ def screen_blocks(
     texts = blocks["text"].to_list() if n else []
     screenable = [i for i in range(n) if is_screenable(kinds[i], texts[i], cfg.screen.kinds)]
     rep.screened = len(screenable)
-
-    # --- Clef -------------------------------------------------------------------------
-    clef_mode = cfg.screen.mode
-    p_boiler: dict[int, float] = {}
-    p_ai: dict[int, float] = {}
-    failed: set[int] = set()
-    if clef_mode == "off":
-        rep.clef = "off"
-    elif not steering.clef_enabled:
-        rep.clef = "unavailable"
-    else:
-        rep.clef = clef_mode
-        plan, more_asks = _preask_plan(blocks, screenable, steering, chunking)
-        subjects: list[Subject] = []
-        for i in screenable:
-            subjects.append(
-                Subject(
-                    str(i),
-                    texts[i],
-                    (SCREEN_ASK.name,) if more_asks else None,
-                    plan.parts.get(i),
-                    plan.bundle.get(i),
-                )
-            )
-            subjects.extend(plan.chunks_after.get(i, ()))
-        asked = steering.ask(
-            subjects,
-            [SCREEN_ASK, *more_asks],
-            layout=cfg.screen.layout,
-            max_subjects_per_request=cfg.screen.max_subjects_per_request,
-        )
-        rep.preasked_chunks = len(plan.chunks)
-        wanted = {a.name for a in more_asks}
-        rep.preask_failed = sum(
-            1 for c in plan.chunks if set(asked.answers.get(c.key, {})) < wanted
-        )
-        rep.requests, rep.input_tokens, rep.cached_answers = (
-            asked.requests,
-            asked.input_tokens,
-            asked.cached,
-        )
-        for i in screenable:
-            answer = asked.answers.get(str(i), {}).get(SCREEN_ASK.name)
-            if isinstance(answer, ChoiceAnswer):
-                p_boiler[i] = float(answer.probabilities.get(SCREEN_BOILERPLATE, 0.0))
-                p_ai[i] = float(answer.probabilities.get(SCREEN_INSTRUCTS_AI, 0.0))
-            else:
-                failed.add(i)
-        # The screen's failures only: a chunk asked along that failed is asked again by the
-        # enrichment (counted in `preask_failed`), its paragraph is not re-screened for it.
-        rep.failures = sorted({r for k, r in asked.failed.items() if not k.startswith("chunk:")})
-
-    # --- guard ------------------------------------------------------------------------
-    guard_mode = cfg.guard.mode
-    p_guard: dict[int, float] = {}
-    language: dict[int, str] = {}
-    guard_threshold = 1.0
-    if guard_mode == "off":
-        rep.guard = "off"
-    else:
-        guard = steering.guard()
-        if guard is None:
-            rep.guard = f"unavailable: {steering.guard_error}"
-        else:
-            rep.guard = guard_mode
-            rep.guard_version = str(getattr(guard, "version", "") or "") or None
-            guard_threshold = steering.guard_threshold(guard)
-            judged = screenable
-            if cfg.guard.languages:
-                judged, language = _language_gate(
-                    blocks, screenable, texts, cfg.guard.languages, rep
-                )
-            scores = steering.guard_scores([texts[i] for i in judged])
-            if scores is not None:
-                p_guard = {i: float(s) for i, s in zip(judged, scores, strict=True)}
-
-    # --- decide -----------------------------------------------------------------------
-    cols: dict[str, list[Any]] = {name: [None] * n for name in SCREEN_COLUMNS}
-    screenable_set = set(screenable)
-    drop_at = cfg.screen.drop_boilerplate_at
-    q_at = cfg.screen.quarantine_instructs_ai_at
-    decisions: dict[str, int] = {}
-    for i in range(n):
-        cols["screened"][i] = i in screenable_set
-        cols["needs_rescreen"][i] = i in failed
-        cols["p_boilerplate"][i] = p_boiler.get(i)
-        cols["p_instructs_ai"][i] = p_ai.get(i)
-        cols["p_guard"][i] = p_guard.get(i)
-        cols["language"][i] = language.get(i)
-        if i not in screenable_set:
-            cols["decision"][i] = cols["screen_action"][i] = KEEP
-            cols["decided_by"][i] = ""
-            continue
-        # Flags of every judge that ran (for `decision`) and of those that act (`action`).
-        ran: dict[str, bool] = {}
-        acting: dict[str, bool] = {}
-        if i in p_ai:
-            ran["clef"] = p_ai[i] >= q_at
-            if clef_mode == "on":
-                acting["clef"] = ran["clef"]
-        if i in p_guard:
-            ran["guard"] = p_guard[i] >= guard_threshold
-            if guard_mode == "on":
-                acting["guard"] = ran["guard"]
-        boiler = i in p_boiler and p_boiler[i] >= drop_at
-        decision, by, reason = _decide(ran, boiler, cfg.screen.judges, p_ai.get(i), p_boiler.get(i))
-        action, _, _ = _decide(acting, boiler and clef_mode == "on", cfg.screen.judges, None, None)
-        cols["decision"][i] = decision
-        cols["screen_action"][i] = action
-        cols["decided_by"][i] = by
-        cols["screen_reason"][i] = reason
-        decisions[decision] = decisions.get(decision, 0) + 1
-
+    judged = _Judged()
+    _ask_clef(judged, blocks, screenable, texts, steering, chunking, rep)
+    _ask_guard(judged, blocks, screenable, texts, steering, rep)
+    cols, decisions = _decide_blocks(n, screenable, judged, steering)
     out = blocks.with_columns(
         [pl.Series(name, cols[name], dtype=dtype) for name, dtype in SCREEN_COLUMNS.items()]
     )
@@ -264,9 +168,144 @@ def screen_blocks(
     rep.dropped = actions.count(DROP)
     rep.quarantined = actions.count(QUARANTINE)
     rep.decisions = decisions
-    rep.needs_rescreen = len(failed)
+    rep.needs_rescreen = len(judged.failed)
     rep.seconds = round(time.perf_counter() - started, 3)
     return out, rep
+
+
+def _ask_clef(
+    judged: _Judged,
+    blocks: pl.DataFrame,
+    screenable: list[int],
+    texts: list[str],
+    steering: Steering,
+    chunking: ChunkingConfig | None,
+    rep: ScreenReport,
+) -> None:
+    """Clef's screen question about each screenable block (with the enrichment's questions
+    about the predicted chunks asked along)."""
+    cfg = steering.cfg
+    if cfg.screen.mode == "off":
+        rep.clef = "off"
+        return
+    if not steering.clef_enabled:
+        rep.clef = "unavailable"
+        return
+    rep.clef = cfg.screen.mode
+    plan, more_asks = _preask_plan(blocks, screenable, steering, chunking)
+    subjects: list[Subject] = []
+    for i in screenable:
+        subjects.append(
+            Subject(
+                str(i),
+                texts[i],
+                (SCREEN_ASK.name,) if more_asks else None,
+                plan.parts.get(i),
+                plan.bundle.get(i),
+            )
+        )
+        subjects.extend(plan.chunks_after.get(i, ()))
+    asked = steering.ask(
+        subjects,
+        [SCREEN_ASK, *more_asks],
+        layout=cfg.screen.layout,
+        max_subjects_per_request=cfg.screen.max_subjects_per_request,
+    )
+    rep.preasked_chunks = len(plan.chunks)
+    wanted = {a.name for a in more_asks}
+    rep.preask_failed = sum(1 for c in plan.chunks if set(asked.answers.get(c.key, {})) < wanted)
+    rep.requests, rep.input_tokens, rep.cached_answers = (
+        asked.requests,
+        asked.input_tokens,
+        asked.cached,
+    )
+    for i in screenable:
+        answer = asked.answers.get(str(i), {}).get(SCREEN_ASK.name)
+        if isinstance(answer, ChoiceAnswer):
+            judged.p_boiler[i] = float(answer.probabilities.get(SCREEN_BOILERPLATE, 0.0))
+            judged.p_ai[i] = float(answer.probabilities.get(SCREEN_INSTRUCTS_AI, 0.0))
+        else:
+            judged.failed.add(i)
+    # The screen's failures only: a chunk asked along that failed is asked again by the
+    # enrichment (counted in `preask_failed`), its paragraph is not re-screened for it.
+    rep.failures = sorted({r for k, r in asked.failed.items() if not k.startswith("chunk:")})
+
+
+def _ask_guard(
+    judged: _Judged,
+    blocks: pl.DataFrame,
+    screenable: list[int],
+    texts: list[str],
+    steering: Steering,
+    rep: ScreenReport,
+) -> None:
+    """The offline guard's score of each screenable block it judges."""
+    cfg = steering.cfg
+    if cfg.guard.mode == "off":
+        rep.guard = "off"
+        return
+    guard = steering.guard()
+    if guard is None:
+        rep.guard = f"unavailable: {steering.guard_error}"
+        return
+    rep.guard = cfg.guard.mode
+    rep.guard_version = str(getattr(guard, "version", "") or "") or None
+    judged.guard_threshold = steering.guard_threshold(guard)
+    asked = screenable
+    if cfg.guard.languages:
+        asked, judged.language = _language_gate(blocks, screenable, texts, cfg.guard.languages, rep)
+    scores = steering.guard_scores([texts[i] for i in asked])
+    if scores is not None:
+        judged.p_guard = {i: float(s) for i, s in zip(asked, scores, strict=True)}
+
+
+def _decide_blocks(
+    n: int, screenable: list[int], judged: _Judged, steering: Steering
+) -> tuple[dict[str, list[Any]], dict[str, int]]:
+    """The screen columns of every block, and how many blocks got each decision."""
+    cols: dict[str, list[Any]] = {name: [None] * n for name in SCREEN_COLUMNS}
+    screenable_set = set(screenable)
+    decisions: dict[str, int] = {}
+    for i in range(n):
+        cols["screened"][i] = i in screenable_set
+        cols["needs_rescreen"][i] = i in judged.failed
+        cols["p_boilerplate"][i] = judged.p_boiler.get(i)
+        cols["p_instructs_ai"][i] = judged.p_ai.get(i)
+        cols["p_guard"][i] = judged.p_guard.get(i)
+        cols["language"][i] = judged.language.get(i)
+        if i not in screenable_set:
+            cols["decision"][i] = cols["screen_action"][i] = KEEP
+            cols["decided_by"][i] = ""
+            continue
+        decision, action, by, reason = _decide_block(i, judged, steering)
+        cols["decision"][i] = decision
+        cols["screen_action"][i] = action
+        cols["decided_by"][i] = by
+        cols["screen_reason"][i] = reason
+        decisions[decision] = decisions.get(decision, 0) + 1
+    return cols, decisions
+
+
+def _decide_block(i: int, judged: _Judged, steering: Steering) -> tuple[str, str, str, str | None]:
+    """(decision, action, decided_by, reason) of one screenable block: the decision weighs
+    every judge that ran, the action only those that act (mode `on`)."""
+    cfg = steering.cfg
+    clef_on = cfg.screen.mode == "on"
+    p_ai, p_guard, p_boiler = judged.p_ai, judged.p_guard, judged.p_boiler
+    ran: dict[str, bool] = {}
+    acting: dict[str, bool] = {}
+    if i in p_ai:
+        ran["clef"] = p_ai[i] >= cfg.screen.quarantine_instructs_ai_at
+        if clef_on:
+            acting["clef"] = ran["clef"]
+    if i in p_guard:
+        ran["guard"] = p_guard[i] >= judged.guard_threshold
+        if cfg.guard.mode == "on":
+            acting["guard"] = ran["guard"]
+    boiler = i in p_boiler and p_boiler[i] >= cfg.screen.drop_boilerplate_at
+    decision, by, reason = _decide(ran, boiler, cfg.screen.judges, p_ai.get(i), p_boiler.get(i))
+    action, _, _ = _decide(acting, boiler and clef_on, cfg.screen.judges, None, None)
+    return decision, action, by, reason
 
 
 def _language_gate(

@@ -280,14 +280,6 @@ def output_record(
     return out
 
 
-def check_fields_arg(spec: CollectionSpec, fields: Sequence[str] | None) -> None:
-    if fields is None:
-        return
-    for f in fields:
-        if f != "id" and f not in spec.fields and not isinstance(f, str):
-            raise StoreError(f"collection {spec.name!r}: invalid field {f!r}")
-
-
 def extras_to_json(extra: Mapping[str, Any]) -> str | None:
     return json.dumps(extra, separators=(",", ":"), ensure_ascii=False) if extra else None
 
@@ -312,11 +304,6 @@ def exact_values(metric: Metric, matrix: np.ndarray, query: np.ndarray) -> np.nd
     norms = np.linalg.norm(matrix, axis=1) * (qn if qn > 0 else 1.0)
     norms[norms == 0] = 1.0
     return 1.0 - (matrix @ query) / norms
-
-
-def better_first(metric: Metric, values: np.ndarray) -> np.ndarray:
-    """Indices ordering canonical values best first."""
-    return np.argsort(-values if metric == "dot" else values, kind="stable")
 
 
 def check_query_vector(spec: CollectionSpec, vector: Sequence[float]) -> np.ndarray:

@@ -45,7 +45,6 @@ Scalar = str | int | float | bool
 CmpOp = Literal["eq", "ne", "gt", "gte", "lt", "lte"]
 
 FIELD_OPS = frozenset({"eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "exists"})
-LOGICAL_OPS = frozenset({"and", "or", "not"})
 ID_FIELD = "id"
 
 
@@ -158,17 +157,7 @@ def _field_type(field: str, fields: Mapping[str, FieldType], op: str) -> FieldTy
 
 def _parse_field_ops(field: str, spec: Any, fields: Mapping[str, FieldType]) -> Node:
     if not isinstance(spec, Mapping):
-        # eq shorthand
-        ftype = _field_type(field, fields, "eq")
-        if spec is None:
-            return Exists(field, False, ftype)
-        if isinstance(spec, list | tuple | set):
-            raise FilterError(
-                f"filter operator 'eq' on field {field!r}: a list is not a value (use 'in')",
-                op="eq",
-                field=field,
-            )
-        return Cmp(field, "eq", _check_value(spec, ftype, "eq", field), ftype)
+        return _parse_eq_shorthand(field, spec, fields)
     if not spec:
         raise FilterError(
             f"filter on field {field!r}: empty operator object", op="<none>", field=field
@@ -179,48 +168,66 @@ def _parse_field_ops(field: str, spec: Any, fields: Mapping[str, FieldType]) -> 
             raise FilterError(
                 f"unknown filter operator {op!r} on field {field!r}", op=str(op), field=field
             )
-        ftype = _field_type(field, fields, op)
-        if op == "exists":
-            if not isinstance(value, bool):
-                raise FilterError(
-                    f"filter operator 'exists' on field {field!r} takes true or false",
-                    op=op,
-                    field=field,
-                )
-            parts.append(Exists(field, value, ftype))
-        elif op in ("in", "nin"):
-            if not isinstance(value, list | tuple | set | frozenset):
-                raise FilterError(
-                    f"filter operator {op!r} on field {field!r} takes a list",
-                    op=op,
-                    field=field,
-                )
-            vals: list[Scalar] = []
-            for v in value:
-                cv = _check_value(v, ftype, op, field)
-                if not any(_equal(cv, x) for x in vals):
-                    vals.append(cv)
-            if op == "in":
-                parts.append(In(field, tuple(vals), False, ftype) if vals else FALSE)
-            else:
-                parts.append(
-                    In(field, tuple(vals), True, ftype) if vals else Exists(field, True, ftype)
-                )
-        elif op in ("eq", "ne"):
-            if value is None:
-                parts.append(Exists(field, op == "ne", ftype))
-            else:
-                parts.append(Cmp(field, op, _check_value(value, ftype, op, field), ftype))  # type: ignore[arg-type]
-        else:  # gt gte lt lte
-            if ftype not in ("int", "float"):
-                raise FilterError(
-                    f"filter operator {op!r} on field {field!r}: comparisons apply to int and "
-                    f"float fields only ({field!r} is {ftype})",
-                    op=op,
-                    field=field,
-                )
-            parts.append(Cmp(field, op, _check_value(value, ftype, op, field), ftype))  # type: ignore[arg-type]
+        parts.append(_parse_op(field, op, value, _field_type(field, fields, op)))
     return _and(parts)
+
+
+def _parse_eq_shorthand(field: str, spec: Any, fields: Mapping[str, FieldType]) -> Node:
+    """`{field: value}`: equality (None: the field is missing)."""
+    ftype = _field_type(field, fields, "eq")
+    if spec is None:
+        return Exists(field, False, ftype)
+    if isinstance(spec, list | tuple | set):
+        raise FilterError(
+            f"filter operator 'eq' on field {field!r}: a list is not a value (use 'in')",
+            op="eq",
+            field=field,
+        )
+    return Cmp(field, "eq", _check_value(spec, ftype, "eq", field), ftype)
+
+
+def _parse_op(field: str, op: str, value: Any, ftype: FieldType) -> Node:
+    """One operator of a field's operator object (`op` is one of FIELD_OPS)."""
+    if op == "exists":
+        if not isinstance(value, bool):
+            raise FilterError(
+                f"filter operator 'exists' on field {field!r} takes true or false",
+                op=op,
+                field=field,
+            )
+        return Exists(field, value, ftype)
+    if op in ("in", "nin"):
+        return _parse_in(field, op, value, ftype)
+    if op in ("eq", "ne"):
+        if value is None:
+            return Exists(field, op == "ne", ftype)
+        return Cmp(field, op, _check_value(value, ftype, op, field), ftype)  # type: ignore[arg-type]
+    # gt gte lt lte
+    if ftype not in ("int", "float"):
+        raise FilterError(
+            f"filter operator {op!r} on field {field!r}: comparisons apply to int and "
+            f"float fields only ({field!r} is {ftype})",
+            op=op,
+            field=field,
+        )
+    return Cmp(field, op, _check_value(value, ftype, op, field), ftype)  # type: ignore[arg-type]
+
+
+def _parse_in(field: str, op: str, value: Any, ftype: FieldType) -> Node:
+    if not isinstance(value, list | tuple | set | frozenset):
+        raise FilterError(
+            f"filter operator {op!r} on field {field!r} takes a list",
+            op=op,
+            field=field,
+        )
+    vals: list[Scalar] = []
+    for v in value:
+        cv = _check_value(v, ftype, op, field)
+        if not any(_equal(cv, x) for x in vals):
+            vals.append(cv)
+    if op == "in":
+        return In(field, tuple(vals), False, ftype) if vals else FALSE
+    return In(field, tuple(vals), True, ftype) if vals else Exists(field, True, ftype)
 
 
 def _and(items: list[Node]) -> Node:

@@ -3,6 +3,7 @@ candidates reach the Clef stages unchanged."""
 
 from __future__ import annotations
 
+import inspect
 import statistics
 import threading
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ import pytest
 
 from clef_pipelines.embedding.hashing import HashEmbedder
 from clef_pipelines.retrieval import Retriever
-from clef_pipelines.retrieval.config import FusionConfig
+from clef_pipelines.retrieval.config import FusionConfig, RetrievalConfig
 from clef_pipelines.retrieval.fusion import fuse, rrf_fuse, weighted_fuse
 from clef_pipelines.retrieval.recall import recall
 from clef_pipelines.stores.base import Hit, NoTextSearch
@@ -90,6 +91,10 @@ def test_zscore_fusion_standardises_each_list_and_reads_raw_text_scores() -> Non
     assert {h.id: h.score for h in mm} == pytest.approx(
         {"x": 1.0, "y": 0.875 + 2 / 11, "z": 1.0, "w": 0.0}
     )
+
+
+def test_recall_defaults_to_the_configured_mode() -> None:
+    assert inspect.signature(recall).parameters["mode"].default == RetrievalConfig().mode
 
 
 def test_recall_modes(collection_factory: Any) -> None:

@@ -1,0 +1,50 @@
+"""The embedder's settings: which model, where batches are embedded, and how Ray is used."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from clef_pipelines._strict import StrictModel
+
+Executor = Literal["local", "ray"]
+
+
+class RayEmbedConfig(StrictModel):
+    """How `embedder.executor: ray` uses Ray."""
+
+    address: str | None = Field(
+        None, description="Ray cluster address (ray://host:10001 or auto); None: a local Ray."
+    )
+    namespace: str = Field("clef-pipelines", description="Ray namespace of the actors.")
+    num_actors: int = Field(2, ge=1, description="Embedding actors (one model copy each).")
+    num_cpus_per_actor: float = Field(1.0, gt=0)
+    num_gpus_per_actor: float | None = Field(
+        None, ge=0, description="GPUs per actor; None: 1 when the cluster has GPUs, else 0."
+    )
+    in_flight_per_actor: int = Field(2, ge=1, description="Batches queued per actor.")
+    local_num_cpus: int | None = Field(
+        None, ge=1, description="CPUs of a local Ray started here (None: all)."
+    )
+
+
+class EmbedderConfig(StrictModel):
+    """Which model turns chunk texts into vectors."""
+
+    kind: Literal["minilm", "hash", "openai"] = Field(
+        "minilm",
+        description="minilm (offline all-MiniLM-L6-v2), hash (tests) or openai (HTTP endpoint).",
+    )
+    model: str | None = Field(None, description="Model name (openai kind); fixed for the others.")
+    dimension: int | None = Field(
+        None, ge=1, description="Vector size (hash, openai); minilm is 384."
+    )
+    batch_size: int = Field(64, ge=1, description="Texts per embedder call.")
+    base_url: str | None = Field(None, description="OpenAI-compatible base URL (openai kind).")
+    api_key_env: str | None = Field(None, description="Env variable with the API key (openai).")
+    timeout_s: float = Field(60.0, description="HTTP timeout of one embedder call (openai).")
+    executor: Executor = Field(
+        "local", description="Where batches are embedded: in this process, or on Ray actors."
+    )
+    ray: RayEmbedConfig = RayEmbedConfig()
