@@ -19,9 +19,8 @@ from typing import Any
 from clef_pipelines.config import SourceConfig
 from clef_pipelines.guard.model import InjectionGuard
 from clef_pipelines.parsing.loaders import iter_source_entries, load_file
-from clef_pipelines.parsing.models import Document, ParseError
+from clef_pipelines.parsing.models import Document, ParseError, is_screenable
 from clef_pipelines.parsing.parse import parse_blocks
-from clef_pipelines.steering.screen import is_screenable
 from clef_pipelines.stores.base import VectorStore
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -122,3 +122,10 @@ class SourceEntry:
             raise self.error
         assert self._load is not None
         return self._load(parsing_cfg)
+
+
+def is_screenable(kind: str, text: str | None, kinds: Sequence[str]) -> bool:
+    """Whether the paragraph screen judges a block: one of ``kinds`` (``steering.screen.kinds``),
+    holding text. Here, beside the block kinds, because both the screen and the guard's check
+    (``clef-pipelines guard FILE``) pick blocks by it."""
+    return kind in kinds and bool((text or "").strip())

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -29,6 +28,7 @@ import polars as pl
 from clef_pipelines.clef.wire import ChoiceAnswer
 from clef_pipelines.config import ChunkingConfig
 from clef_pipelines.guard.language import document_languages
+from clef_pipelines.parsing.models import is_screenable
 from clef_pipelines.steering.packing import Subject
 from clef_pipelines.steering.preask import PreaskPlan, plan_preask
 from clef_pipelines.steering.questions import (
@@ -120,11 +120,6 @@ def _preask_plan(
     asks = enrichment_asks(cfg.enrich, steering.taxonomy())
     names = tuple(a.name for a in asks)
     return plan_preask(blocks, screenable, chunking, names), asks
-
-
-def is_screenable(kind: str, text: str | None, kinds: Sequence[str]) -> bool:
-    """Whether the screen judges a block: one of ``steering.screen.kinds``, holding text."""
-    return kind in kinds and bool((text or "").strip())
 
 
 @dataclass
