@@ -8,6 +8,7 @@ reloads (the UI's "Reload", or a restart); each run worker loads it afresh.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 # First: importing `jobs.location` limits the process's malloc arenas (see there).
@@ -19,19 +20,21 @@ if TYPE_CHECKING:
 #: One name everywhere: pyproject's [tool.dagster] and [tool.dg], workspace.yaml, the UI.
 CODE_LOCATION = "clef_pipelines"
 
-_defs: dg.Definitions | None = None
+
+@functools.cache
+def _load() -> dg.Definitions:
+    # Not held in a module global: Dagster's loader takes every Definitions among the module's
+    # names, and must find exactly one, `defs`.
+    from clef_pipelines.config import load_settings
+
+    return build_definitions(load_settings())
 
 
 def __getattr__(name: str) -> Any:
     """`defs`, loaded once per process (PEP 562): importing this module reads no config."""
-    global _defs
-    if name != "defs":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if _defs is None:
-        from clef_pipelines.config import load_settings
-
-        _defs = build_definitions(load_settings())
-    return _defs
+    if name == "defs":
+        return _load()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
