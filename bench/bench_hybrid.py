@@ -69,7 +69,7 @@ def cache(args: argparse.Namespace) -> None:
     os.environ["DAGSTER_HOME"] = str(state / "dagster")
     settings = load_settings(cfg)
     started = time.perf_counter()
-    (report,) = run_ingestion(settings, ["scifact"], config_path=str(cfg))
+    (report,) = run_ingestion(settings, ["scifact"])
     if not report.success:
         raise SystemExit(f"ingestion failed: {report.error}")
     print(f"ingested in {time.perf_counter() - started:.0f} s")

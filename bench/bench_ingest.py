@@ -66,7 +66,7 @@ def main() -> None:
         results = []
         for label in ("first run", "unchanged rerun"):
             started = time.perf_counter()
-            (report,) = run_ingestion(settings, ["scifact"], config_path=str(cfg))
+            (report,) = run_ingestion(settings, ["scifact"])
             wall = time.perf_counter() - started
             if not report.success:
                 raise SystemExit(f"{label} failed: {report.error}")

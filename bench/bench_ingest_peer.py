@@ -239,7 +239,7 @@ def ours_child(cfg: Path, result: Path) -> None:
 
     started = time.perf_counter()
     settings = load_settings(cfg)
-    (report,) = run_ingestion(settings, ["scifact"], config_path=str(cfg))
+    (report,) = run_ingestion(settings, ["scifact"])
     call = time.perf_counter() - started
     result.write_text(
         json.dumps(

@@ -102,12 +102,12 @@ def main() -> None:
         os.environ["DAGSTER_DG_UPDATE_CHECK_ENABLED"] = "0"
         settings = load_settings(cfg)
         ensure_dagster_home(settings)
-        (first,) = run_ingestion(settings, ["docs"], config_path=str(cfg))
+        (first,) = run_ingestion(settings, ["docs"])
         assert first.success, first.error
 
         rows: list[tuple[str, float, float]] = []
         started = time.perf_counter()
-        (cli,) = run_ingestion(settings, ["docs"], config_path=str(cfg))
+        (cli,) = run_ingestion(settings, ["docs"])
         wall = time.perf_counter() - started
         assert cli.success and set(cli.assets) == {"source_documents"}, cli.assets.keys()
 

@@ -194,7 +194,7 @@ def ours_ingest_child(cfg: str) -> None:
 
     settings = load_settings(cfg)
     settings.clef.backend = "off"  # ingest without Clef, as the peer does
-    (report,) = run_ingestion(settings, ["scifact"], config_path=cfg)
+    (report,) = run_ingestion(settings, ["scifact"])
     if not report.success:
         raise SystemExit(f"ingest failed: {report.error}")
 

@@ -114,7 +114,7 @@ def child_run(config: Path, out: Path) -> None:
 
     settings = load_settings(config)
     started = time.perf_counter()
-    (report,) = run_ingestion(settings, ["scale"], config_path=str(config))
+    (report,) = run_ingestion(settings, ["scale"])
     wall = time.perf_counter() - started
     assets = {
         k: {m: v for m, v in meta.items() if isinstance(v, int | float | str)}

@@ -395,7 +395,7 @@ def _timed_ingest(folder: Path, corpus: Path, guard: dict[str, Any]) -> tuple[fl
     os.environ["DAGSTER_HOME"] = str(folder / "dagster")
     settings = load_settings(cfg)
     started = time.perf_counter()
-    (report,) = run_ingestion(settings, ["scifact"], config_path=str(cfg))
+    (report,) = run_ingestion(settings, ["scifact"])
     elapsed = time.perf_counter() - started
     if not report.success:
         raise SystemExit(f"ingest failed: {report.error}")

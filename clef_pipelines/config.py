@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -281,6 +282,14 @@ def settings_from_dict(
         return Settings(**raw, base_dir=str(base_dir or Path.cwd()))
     except ValidationError as exc:
         raise ConfigError(explain_validation_error(exc, Settings, origin)) from None
+
+
+def with_sources(settings: Settings, sources: Sequence[SourceConfig]) -> Settings:
+    """Settings with `sources` merged in: each replaces the configured source of its name or is
+    appended. The sources are validated objects, so nothing is validated again."""
+    by_name = {s.name: s for s in sources}
+    merged = [by_name.pop(s.name, s) for s in settings.sources] + list(by_name.values())
+    return settings.model_copy(update={"sources": merged})
 
 
 def apply_overrides(settings: Settings, overrides: dict[str, Any]) -> Settings:

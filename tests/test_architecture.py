@@ -15,30 +15,6 @@ from pathlib import Path
 PACKAGE = "clef_pipelines"
 ROOT = Path(__file__).resolve().parents[1]
 
-#: Cycles another change is removing at the same time (the Dagster layer and CLI plumbing, and
-#: the offline guard's move out of `steering/`). Empty this list once those changes are merged;
-#: any other cycle fails the test. A cycle listed here may shrink (a subset is tolerated).
-KNOWN_CYCLES_BEING_FIXED: list[frozenset[str]] = [
-    frozenset(
-        {
-            "clef_pipelines.definitions",
-            "clef_pipelines.jobs.evaluation",
-            "clef_pipelines.jobs.launch",
-        }
-    ),
-    frozenset(
-        {
-            "clef_pipelines.cli.api_cmds",
-            "clef_pipelines.cli.clef_cmds",
-            "clef_pipelines.cli.eval_cmds",
-            "clef_pipelines.cli.guard_cmds",
-            "clef_pipelines.cli.ingest_cmds",
-            "clef_pipelines.cli.main",
-            "clef_pipelines.cli.query_cmds",
-            "clef_pipelines.cli.steering_cmds",
-        }
-    ),
-]
 
 #: The layers, lowest first, by the package right below `clef_pipelines` (a module right in it
 #: by its own name). A module may import its own layer and the ones below it. The settings
@@ -223,13 +199,9 @@ def test_imports_resolve_to_modules_at_any_depth(tmp_path: Path) -> None:
 
 def test_no_import_cycles() -> None:
     graph = import_graph()
-    unknown = [
-        sorted(cycle)
-        for cycle in cycles(graph)
-        if not any(cycle <= known for known in KNOWN_CYCLES_BEING_FIXED)
-    ]
-    assert not unknown, "import cycles (move the shared piece to a lower module):\n" + "\n".join(
-        " <-> ".join(cycle) for cycle in unknown
+    found = [sorted(cycle) for cycle in cycles(graph)]
+    assert not found, "import cycles (move the shared piece to a lower module):\n" + "\n".join(
+        " <-> ".join(cycle) for cycle in found
     )
 
 

@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 
 import typer
 
+from clef_pipelines.cli.app import app
 from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
-from clef_pipelines.cli.main import app
 
 
 def is_loopback(host: str) -> bool:

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import typer
 
+from clef_pipelines.cli.app import app
 from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
-from clef_pipelines.cli.main import app
 
 
 def _is_loopback(host: str) -> bool:

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from clef_pipelines.cli.app import app
 from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
-from clef_pipelines.cli.main import app
 from clef_pipelines.config import ConfigError, Settings, apply_overrides
 from clef_pipelines.evals.config import EvalDatasetConfig
 
@@ -52,7 +52,7 @@ def eval_command(
     config: ConfigOption = None,
 ) -> None:
     """Ingest the dataset's documents with the normal graph, then run `eval_job` on it."""
-    from clef_pipelines.jobs.evaluation import run_evaluation
+    from clef_pipelines.jobs.launch import run_evaluation
 
     settings = load_cli_settings(config)
     try:
@@ -64,15 +64,12 @@ def eval_command(
     except (ConfigError, ValueError) as exc:
         fail(str(exc))
     try:
-        result = run_evaluation(
-            settings, cfg.name, config_path=str(config) if config else None, overrides=overrides
-        )
+        result = run_evaluation(settings, cfg.name)
     except (ConfigError, ValueError) as exc:
         fail(str(exc))
     if not result.success:
         fail(f"evaluation of {cfg.name} failed (run {result.run_id}): {result.error}", code=1)
-    report_path = result.assets.get("eval_report", {}).get("report_json")
-    document = json.loads(Path(str(report_path)).read_text(encoding="utf-8"))
+    document = json.loads(Path(str(result.eval_report_json)).read_text(encoding="utf-8"))
     document["run_id"] = result.run_id
     if as_json:
         console.print_json(json.dumps(document))

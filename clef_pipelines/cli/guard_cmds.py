@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
+from clef_pipelines.cli.app import app
 from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
-from clef_pipelines.cli.main import app
 
 #: The deciding window is shown up to this many characters.
 _SHOWN = 160

@@ -11,10 +11,11 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clef_pipelines.cli.app import app
 from clef_pipelines.cli.common import (
     ConfigOption,
     collection_arg,
@@ -24,14 +25,17 @@ from clef_pipelines.cli.common import (
     lit,
     load_cli_settings,
 )
-from clef_pipelines.cli.main import app
 from clef_pipelines.config import (
     DEFAULT_CONFIG_NAME,
     ConfigError,
     Settings,
     SourceConfig,
-    apply_overrides,
+    with_sources,
 )
+from clef_pipelines.jobs.results import settings_change
+
+if TYPE_CHECKING:
+    from clef_pipelines.jobs.results import IngestSummary, SourceRunReport
 
 
 def _slug(path: Path) -> str:
@@ -129,11 +133,9 @@ def ingest(
     for src in sources:
         if not settings.resolve(src.path).exists():
             fail(f"sources.{src.name}.path: {settings.resolve(src.path)} does not exist")
-    overrides = {"sources": [s.model_dump(mode="json") for s in sources]}
-    try:
-        settings = apply_overrides(settings, overrides)
-    except ConfigError as exc:
-        fail(str(exc))
+    # Paths that are no configured source run in a throwaway Dagster instance.
+    adhoc = [s.name for s in sources if s.name not in {c.name for c in settings.sources}]
+    settings = with_sources(settings, sources)
     names = [s.name for s in sources]
     if dry_run:
         _dry_run(settings, names, force, as_json)
@@ -187,8 +189,7 @@ def ingest(
                 outcome["reports"] = run_ingestion(
                     settings,
                     names,
-                    config_path=str(config) if config else None,
-                    source_configs=sources,
+                    adhoc=adhoc,
                     force=force,
                     on_wait=lambda message: err_console.print(message),
                 )
@@ -224,32 +225,14 @@ def ingest(
             raise outcome["error"]
         reports = outcome["reports"]
     _print_reports(reports, as_json)
-    if not all(r.success for r in reports) or any(_all_failed(r) for r in reports):
+    if not all(r.success for r in reports) or any(r.summary.all_failed for r in reports):
         raise typer.Exit(1)
 
 
-def _failed_count(report: Any) -> int:
-    """Documents that failed in any step (listing, parsing, chunking)."""
-    return sum(
-        report.assets.get(asset, {}).get("documents_failed") or 0
-        for asset in ("source_documents", "parsed_blocks", "chunks")
-    )
-
-
-def _settings_changed(docs: dict[str, Any]) -> list[tuple[str, Any]]:
+def _settings_changed(changed: str | None) -> list[tuple[str, Any]]:
     """A row naming the settings that changed since the last sync, when there are some: they
     are why every document shows as changed."""
-    changed = docs.get("settings_changed")
-    if changed in (None, "none", "not recorded"):
-        return []
-    return [("  settings changed", changed)]
-
-
-def _all_failed(report: Any) -> bool:
-    """A run in which documents were there to ingest and every one of them failed."""
-    docs = report.assets.get("source_documents", {})
-    total = docs.get("documents") or 0
-    return total > 0 and _failed_count(report) >= total
+    return [] if changed is None else [("  settings changed", changed)]
 
 
 def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -> None:
@@ -305,107 +288,78 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
         )
         for status, n in item["documents"].items():
             console.print(f"  {status:10} {n}")
-        for label, value in _settings_changed(item):
+        for label, value in _settings_changed(settings_change(item["settings_changed"])):
             console.print(f"  {label.strip()}: {lit(value)}")
         for f in item["failed"]:
             console.print(f"  [red]failed[/] {lit(f['doc_id'])}: {lit(f['error'])}")
 
 
-def _print_reports(reports: list[Any], as_json: bool) -> None:
+def _print_reports(reports: list[SourceRunReport], as_json: bool) -> None:
     if as_json:
         print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
         return
     for r in reports:
-        docs = r.assets.get("source_documents", {})
-        chunks = r.assets.get("chunks", {})
-        emb = r.assets.get("embeddings", {})
-        sync = r.assets.get("store_sync", {})
+        s = r.summary
         status = "[green]ok[/]" if r.success else "[red]failed[/]"
         console.print(
-            f"[bold]{lit(r.source)}[/] -> {lit(docs.get('collection', '?'))}: {status} "
-            f"(run {r.run_id[:8]})"
+            f"[bold]{lit(r.source)}[/] -> {lit(s.collection or '?')}: {status} (run {r.run_id[:8]})"
         )
         from rich.table import Table
 
         table = Table(show_header=False, box=None, pad_edge=False)
         rows = [
-            ("documents", docs.get("documents")),
-            (
-                "  new / changed / repaired",
-                f"{docs.get('documents_new', 0)} / {docs.get('documents_changed', 0)} / {docs.get('documents_repair', 0)}",
-            ),
-            *_settings_changed(docs),
-            ("  unchanged (skipped)", docs.get("documents_unchanged")),
-            ("  removed", docs.get("documents_removed")),
-            ("  failed", _failed_count(r)),
-            ("paragraphs quarantined / dropped", _screen_counts(r)),
-            *_guard_not_judged(r),
-            ("chunks", chunks.get("chunks")),
-            ("tokens", chunks.get("tokens")),
-            ("embedded / reused", f"{emb.get('embedded', 0)} / {emb.get('reused', 0)}"),
-            (
-                "upserted / deleted",
-                f"{sync.get('upserted', 0)} / {(sync.get('deleted_stale') or 0) + (sync.get('deleted_removed') or 0)}",
-            ),
-            # A run that changed nothing skips the sync: the inventory has the stored totals.
-            (
-                "records of the source in the store",
-                sync.get("store/records", docs.get("store/records")),
-            ),
-            ("records in collection", sync.get("collection_records")),
+            ("documents", s.documents),
+            ("  new / changed / repaired", f"{s.new} / {s.changed} / {s.repaired}"),
+            *_settings_changed(s.settings_changed),
+            ("  unchanged (skipped)", s.unchanged),
+            ("  removed", s.removed),
+            ("  failed", s.failed),
+            ("paragraphs quarantined / dropped", _screen_counts(s)),
+            *_guard_not_judged(s),
+            ("chunks", s.chunks),
+            ("tokens", s.tokens),
+            ("embedded / reused", f"{s.embedded} / {s.reused}"),
+            ("upserted / deleted", f"{s.upserted} / {s.deleted}"),
+            ("records of the source in the store", s.store_records),
+            ("records in collection", s.collection_records),
         ]
         for k, v in rows:
             table.add_row(k, "" if v is None else lit(v))
         console.print(table)
-        for asset in ("source_documents", "parsed_blocks", "chunks"):
-            for row in r.assets.get(asset, {}).get("failed_documents") or []:
-                console.print(
-                    f"[red]failed[/] ({asset}) {lit(row['doc_id'])}: {lit(row['reason'])}: {lit(row['error'])}",
-                    markup=True,
-                )
-        for line in _clef_failures(r):
+        for f in s.failed_documents:
+            console.print(
+                f"[red]failed[/] ({f.step}) {lit(f.doc_id)}: {lit(f.reason)}: {lit(f.error)}",
+                markup=True,
+            )
+        for line in _clef_failures(s):
             console.print(f"[yellow]warning:[/] {lit(line)}")
         if r.error:
             console.print(f"[red]error:[/] {lit(r.error)}")
 
 
-def _screen_counts(report: Any) -> str | None:
+def _screen_counts(summary: IngestSummary) -> str | None:
     """Quarantined and dropped blocks of this run (screen + enrichment), when they ran."""
-    screen = report.assets.get("screened_paragraphs")
-    enrich = report.assets.get("enrichments") or {}
-    if screen is None:
+    if summary.screened is None:
         return None
-    actions = screen.get("actions") or {}
-    quarantined = int(actions.get("quarantine", 0)) + int(enrich.get("quarantined") or 0)
-    dropped = int(actions.get("drop", 0)) + int(enrich.get("dropped") or 0)
+    quarantined, dropped = summary.screened
     return f"{quarantined} / {dropped}"
 
 
-def _guard_not_judged(report: Any) -> list[tuple[str, str]]:
+def _guard_not_judged(summary: IngestSummary) -> list[tuple[str, str]]:
     """A row when the guard left documents in other languages to Clef (guard.languages)."""
-    left = (report.assets.get("screened_paragraphs") or {}).get("guard_not_judged") or {}
-    if not left:
+    if not summary.guard_not_judged:
         return []
-    by_language = ", ".join(f"{lang} {n}" for lang, n in sorted(left.items()))
+    by_language = ", ".join(f"{lang} {n}" for lang, n in sorted(summary.guard_not_judged.items()))
     return [("  not judged by the guard (language)", by_language)]
 
 
-def _clef_failures(report: Any) -> list[str]:
+def _clef_failures(summary: IngestSummary) -> list[str]:
     """Clef requests that failed after their retries: the kept rows wait for the next run."""
-    lines = []
-    for asset, flag in (
-        ("screened_paragraphs", "needs_rescreen"),
-        ("enrichments", "needs_reenrich"),
-    ):
-        meta = report.assets.get(asset) or {}
-        pending = int(meta.get(flag) or 0)
-        if pending:
-            reasons = "; ".join(str(f) for f in (meta.get("failed_requests") or [])[:3])
-            lines.append(
-                f"{pending} rows kept with {flag} (Clef failed after retries: {reasons}); "
-                "the next run asks again for exactly these"
-            )
-    return lines
+    return [
+        f"{p.rows} rows kept with {p.flag} (Clef failed after retries: {'; '.join(p.reasons)}); "
+        "the next run asks again for exactly these"
+        for p in summary.clef_pending
+    ]
 
 
 @app.command()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from clef_pipelines.cli.app import app
 from clef_pipelines.cli.common import (
     ConfigOption,
     collection_arg,
@@ -22,7 +23,6 @@ from clef_pipelines.cli.common import (
     lit,
     load_cli_settings,
 )
-from clef_pipelines.cli.main import app
 
 if TYPE_CHECKING:
     from clef_pipelines.retrieval.result import RetrievalResult

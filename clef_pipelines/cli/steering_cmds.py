@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from clef_pipelines.cli.app import app
 from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
-from clef_pipelines.cli.main import app
 
 
 @app.command()

@@ -1,4 +1,4 @@
-"""Run the ingestion job in-process against a persistent Dagster instance.
+"""Run the ingestion and evaluation jobs in-process against a persistent Dagster instance.
 
 The CLI, the benchmarks and the tests launch runs through here, so every run they make is a real
 Dagster run that shows in the UI (when DAGSTER_HOME is the same). Sources given as paths on the
@@ -8,21 +8,24 @@ partitions of the shared one.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import yaml
 
-from clef_pipelines.config import Settings, SourceConfig
+from clef_pipelines.assets.evaluation import dataset_partitions
+from clef_pipelines.config import Settings
+from clef_pipelines.evals.sources import with_eval_sources
 from clef_pipelines.ingest.locks import CollectionBusy, collection_lock, held, lock_path
+from clef_pipelines.jobs.ingestion import PARTITIONS, reconcile_partitions
+from clef_pipelines.jobs.location import build_definitions, build_resources
+from clef_pipelines.jobs.results import SourceRunReport
 from clef_pipelines.privacy import apply_file_privacy
 
 #: At most one run per source at a time: runs of a partitioned job carry the tag
@@ -80,29 +83,6 @@ def ensure_dagster_home(settings: Settings) -> Path:
     return home
 
 
-@dataclass
-class SourceRunReport:
-    source: str
-    run_id: str
-    success: bool
-    assets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: Asset check results: "asset:check" -> passed.
-    checks: dict[str, bool] = field(default_factory=dict)
-    error: str | None = None
-    status: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "run_id": self.run_id,
-            "success": self.success,
-            "status": self.status,
-            "error": self.error,
-            "assets": self.assets,
-            "checks": self.checks,
-        }
-
-
 class RunInterrupted(Exception):
     """Ctrl-C during a run: the run is marked canceled in the instance."""
 
@@ -114,20 +94,6 @@ class RunInterrupted(Exception):
 
 class SourceBusy(Exception):
     """Another run of the same source is still in progress after the wait."""
-
-
-def _plain(value: Any) -> Any:
-    """Dagster metadata values -> JSON-friendly Python values (tables -> lists of rows)."""
-    if isinstance(value, dg.TableMetadataValue):
-        return [dict(record.data) for record in value.records]
-    if isinstance(value, dg.TableSchemaMetadataValue):
-        return [{"name": c.name, "type": c.type} for c in value.schema.columns]
-    inner = getattr(value, "value", value)
-    if isinstance(inner, (str, int, float, bool)) or inner is None:
-        return inner
-    if isinstance(inner, (dict, list)):
-        return inner
-    return str(inner)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -219,9 +185,7 @@ def run_ingestion(
     settings: Settings,
     sources: list[str],
     *,
-    config_path: str | None,
-    source_configs: Sequence[SourceConfig] = (),
-    overrides: dict[str, Any] | None = None,
+    adhoc: Collection[str] = (),
     force: bool = False,
     force_documents: Sequence[str] = (),
     log_level: str = "WARNING",
@@ -230,29 +194,20 @@ def run_ingestion(
 ) -> list[SourceRunReport]:
     """One run of `ingestion_job` per source partition, in this process, in order.
 
-    Configured sources run in the persistent instance, whose partitions are first made equal to
-    the configured sources; other sources (paths given on the command line) run in a throwaway
-    instance. `source_configs` are the sources as the caller resolved them (ad-hoc ones, or a
-    configured one sent to another collection); `overrides` is what `eval` merges over the file
-    (a dataset given on its command line, whose source runs in the persistent instance so the
-    evaluation's lineage is complete).
+    `settings` are the caller's validated settings, every source to run among them (the
+    configured ones, and whatever the command merged in: paths from its command line, a
+    configured source sent to another collection, an eval dataset); the runs' resources hold
+    this very object. Sources named in `adhoc` (paths given on the command line) run in a
+    throwaway instance; the others in the persistent instance, whose partitions are first made
+    equal to them and the other configured sources.
     """
-    from clef_pipelines.definitions import build_definitions, build_resources
-    from clef_pipelines.jobs.ingestion import PARTITIONS, reconcile_partitions
-    from clef_pipelines.resources.settings import PipelineSettings
-
+    settings = with_eval_sources(settings)
     ensure_dagster_home(settings)
-    overrides_json = json.dumps(overrides or {})
-    file_view = PipelineSettings(config_path=config_path).settings
-    configured = {s.name for s in file_view.sources}
-    from_overrides = {
-        s.name
-        for s in PipelineSettings(
-            config_path=config_path, overrides_json=overrides_json
-        ).settings.sources
-    }
-    job = build_definitions(config_path).resolve_job_def("ingestion_job")
-    resources = build_resources(config_path, source_configs, overrides_json)
+    partitioned = settings.model_copy(
+        update={"sources": [s for s in settings.sources if s.name not in adhoc]}
+    )
+    job = build_definitions(settings).resolve_job_def("ingestion_job")
+    resources = build_resources(settings)
     reports: list[SourceRunReport] = []
     wait_s = settings.ingest_lock_timeout_s
     # Two first runs in a fresh data folder must not race to create the instance's tables.
@@ -262,19 +217,19 @@ def run_ingestion(
         timeout_s=wait_s,
     ):
         shared = dg.DagsterInstance.get()
-    adhoc: dg.DagsterInstance | None = None
+    adhoc_instance: dg.DagsterInstance | None = None
     try:
-        if any(s in configured for s in sources):
-            reconcile_partitions(shared, file_view)
+        if any(s not in adhoc for s in sources):
+            reconcile_partitions(shared, partitioned)
         for source in sources:
-            if source in configured or source in from_overrides:
+            if source not in adhoc:
                 instance = shared
                 if source not in instance.get_dynamic_partitions(PARTITIONS):
                     instance.add_dynamic_partitions(PARTITIONS, [source])
                 wait_for_source(instance, source, timeout_s=wait_timeout_s, on_wait=on_wait)
             else:
-                adhoc = adhoc or dg.DagsterInstance.ephemeral()
-                instance = adhoc
+                adhoc_instance = adhoc_instance or dg.DagsterInstance.ephemeral()
+                instance = adhoc_instance
                 instance.add_dynamic_partitions(PARTITIONS, [source])
             collection = settings.collection_of(settings.source(source))
             try:
@@ -291,9 +246,38 @@ def run_ingestion(
                     SourceRunReport(source=source, run_id="", success=False, error=str(exc))
                 )
     finally:
-        if adhoc is not None:
-            adhoc.dispose()
+        if adhoc_instance is not None:
+            adhoc_instance.dispose()
     return reports
+
+
+def run_evaluation(
+    settings: Settings, dataset: str, *, log_level: str = "WARNING"
+) -> SourceRunReport:
+    """Ingest the dataset's source (when it has documents), then run `eval_job` for it.
+
+    `settings` are the caller's validated settings with the dataset among `evals.datasets`
+    (`cli.eval_cmds.eval_overrides` adds one given on the command line)."""
+    settings = with_eval_sources(settings)
+    if any(s.name == dataset for s in settings.sources):
+        ingested = run_ingestion(settings, [dataset], log_level=log_level)[0]
+        if not ingested.success:
+            return ingested
+    ensure_dagster_home(settings)
+    instance = dg.DagsterInstance.get()
+    name = dataset_partitions.name or "eval_datasets"
+    if dataset not in instance.get_dynamic_partitions(name):
+        instance.add_dynamic_partitions(name, [dataset])
+    job = build_definitions(settings).resolve_job_def("eval_job")
+    result = job.execute_in_process(
+        partition_key=dataset,
+        instance=instance,
+        resources=build_resources(settings),
+        raise_on_error=False,
+        tags={LAUNCHED_BY_TAG: "cli"},
+        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+    )
+    return SourceRunReport.from_run(dataset, result)
 
 
 def _run_one(
@@ -326,28 +310,4 @@ def _run_one(
             instance.report_run_canceled(run, "interrupted (Ctrl-C)")
         raise RunInterrupted(source, run_id) from None
     run = instance.get_run_by_id(run_id)
-    report = SourceRunReport(
-        source=source,
-        run_id=result.run_id,
-        success=result.success,
-        status=run.status.value if run is not None else "",
-    )
-    for event in result.all_events:
-        if event.event_type_value == "ASSET_MATERIALIZATION":
-            mat = event.event_specific_data.materialization  # type: ignore[union-attr]
-            # Reports name assets without the key prefix: "chunks", not "clef/chunks".
-            report.assets[mat.asset_key.path[-1]] = {k: _plain(v) for k, v in mat.metadata.items()}
-        elif event.event_type_value == "ASSET_CHECK_EVALUATION":
-            check = event.event_specific_data  # type: ignore[union-attr]
-            report.checks[f"{check.asset_key.path[-1]}:{check.check_name}"] = bool(check.passed)
-        elif event.event_type_value == "STEP_FAILURE" and report.error is None:
-            err = event.event_specific_data.error  # type: ignore[union-attr]
-            report.error = _root_message(err)
-    return report
-
-
-def _root_message(err: Any) -> str:
-    """The innermost user error message of a Dagster step failure."""
-    while getattr(err, "cause", None) is not None:
-        err = err.cause
-    return f"{getattr(err, 'cls_name', 'Error')}: {getattr(err, 'message', str(err)).strip()}"
+    return SourceRunReport.from_run(source, result, run.status.value if run is not None else "")

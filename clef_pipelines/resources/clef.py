@@ -19,13 +19,14 @@ from clef_pipelines.clef.client import SyncClefClient
 from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.clef.errors import ClefError
 from clef_pipelines.clef.wire import SystemOneResponse
+from clef_pipelines.resources.settings import PipelineSettings
 
 
 class ClefResource(dg.ConfigurableResource):
-    """Settings come from the YAML config (`config_file`, else the usual lookup); any field
+    """Settings come from the pipeline settings (`clef.*` of the validated config); any field
     set here overrides its `clef.*` value."""
 
-    config_file: str | None = None
+    settings: PipelineSettings
     backend: str | None = None
     model: str | None = None
     base_url: str | None = None
@@ -39,9 +40,7 @@ class ClefResource(dg.ConfigurableResource):
     _client: SyncClefClient | None = PrivateAttr(default=None)
 
     def clef_config(self) -> tuple[ClefConfig, str]:
-        from clef_pipelines.config import load_settings
-
-        settings = load_settings(self.config_file)
+        settings = self.settings.validated
         overrides = {
             k: v
             for k, v in {
@@ -57,7 +56,9 @@ class ClefResource(dg.ConfigurableResource):
             }.items()
             if v is not None
         }
-        cfg = ClefConfig.model_validate(settings.clef.model_dump() | overrides)
+        cfg = settings.clef
+        if overrides:
+            cfg = ClefConfig.model_validate(cfg.model_dump() | overrides)
         return cfg, str(settings.data_path)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:

@@ -9,7 +9,9 @@ import yaml
 from typer.testing import CliRunner
 
 from clef_pipelines.cli.main import app
+from clef_pipelines.config import load_settings
 from clef_pipelines.resources.clef import ClefResource
+from clef_pipelines.resources.settings import PipelineSettings
 from tests.clef.fake_server import FakeServer, Reply
 
 Q = {"relevant": {"type": "noul", "instructions": "Is `passage` about outages?"}}
@@ -28,6 +30,10 @@ def write_config(tmp_path: Path, clef: dict) -> Path:
         )
     )
     return path
+
+
+def _clef(cfg: Path) -> ClefResource:
+    return ClefResource(settings=PipelineSettings(validated=load_settings(cfg)))
 
 
 def test_usage_lands_in_the_metadata_of_every_asset_that_used_clef(
@@ -56,9 +62,7 @@ def test_usage_lands_in_the_metadata_of_every_asset_that_used_clef(
 
     fake.script(Reply(status=429, headers={"retry-after": "0"}))
     monkeypatch.setenv("FAKE_KEY", "test-key")
-    result = dg.materialize(
-        [screened, reranked], resources={"clef": ClefResource(config_file=str(cfg))}
-    )
+    result = dg.materialize([screened, reranked], resources={"clef": _clef(cfg)})
     assert result.success
     first = result.asset_materializations_for_node("screened")[0].metadata
     second = result.asset_materializations_for_node("reranked")[0].metadata
@@ -83,7 +87,7 @@ def test_off_lets_assets_fall_back(tmp_path: Path) -> None:
         degraded = not clef.enabled
         return dg.MaterializeResult(metadata={"degraded": degraded, **clef.usage_metadata()})
 
-    result = dg.materialize([screened], resources={"clef": ClefResource(config_file=str(cfg))})
+    result = dg.materialize([screened], resources={"clef": _clef(cfg)})
     meta = result.asset_materializations_for_node("screened")[0].metadata
     assert meta["degraded"].value is True
     assert meta["clef/requests"].value == 0

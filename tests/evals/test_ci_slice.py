@@ -29,7 +29,7 @@ import clef_pipelines.chunking
 from clef_pipelines.cli.eval_cmds import eval_overrides
 from clef_pipelines.config import apply_overrides, load_settings
 from clef_pipelines.evals.config import EvalDatasetConfig
-from clef_pipelines.jobs.evaluation import run_evaluation
+from clef_pipelines.jobs.launch import run_evaluation
 from clef_pipelines.records import PIPELINE_VERSION
 from tests.shared_data import SCIFACT, need
 
@@ -100,9 +100,7 @@ def test_scifact_slice_vector_ndcg_floor(tmp_path: Path, monkeypatch: pytest.Mon
         dataset = EvalDatasetConfig(name="scifact-slice", spec=f"beir:{beir}", split="train")
         overrides = eval_overrides(settings, dataset, systems=["vector"])
         settings = apply_overrides(settings, overrides)
-        result = run_evaluation(
-            settings, "scifact-slice", config_path=str(config), overrides=overrides
-        )
+        result = run_evaluation(settings, "scifact-slice")
     assert result.success, result.error
     meta = result.assets["eval_report"]
     assert meta["queries"] == QUERIES

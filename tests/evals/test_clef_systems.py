@@ -17,7 +17,7 @@ from clef_pipelines.cli.eval_cmds import eval_overrides
 from clef_pipelines.config import apply_overrides, load_settings
 from clef_pipelines.evals.config import EvalDatasetConfig
 from clef_pipelines.evals.datasets import squad_documents
-from clef_pipelines.jobs.evaluation import run_evaluation
+from clef_pipelines.jobs.launch import run_evaluation
 from clef_pipelines.testing.fake_systemone import FakeServer
 from tests.shared_data import INJECTIONS, SQUAD, need
 
@@ -72,7 +72,7 @@ def _run(config: Path, dataset: EvalDatasetConfig, **changes: Any) -> dict[str, 
     settings = load_settings(config)
     overrides = eval_overrides(settings, dataset, **changes)
     settings = apply_overrides(settings, overrides)
-    result = run_evaluation(settings, dataset.name, config_path=str(config), overrides=overrides)
+    result = run_evaluation(settings, dataset.name)
     assert result.success, result.error
     return json.loads(Path(result.assets["eval_report"]["report_json"]).read_text())
 

@@ -16,7 +16,7 @@ from clef_pipelines.cli.main import app
 from clef_pipelines.config import apply_overrides, load_settings
 from clef_pipelines.evals.config import EvalDatasetConfig
 from clef_pipelines.evals.metrics import doc_ranking
-from clef_pipelines.jobs.evaluation import run_evaluation
+from clef_pipelines.jobs.launch import run_evaluation
 from clef_pipelines.stores import open_store
 from tests.shared_data import INJECTIONS, SQUAD, need
 
@@ -26,7 +26,7 @@ def test_squad_through_ingestion_and_eval_job(eval_config: Path) -> None:
     dataset = EvalDatasetConfig(name="squad", spec=f"squad:{need(SQUAD)}")
     overrides = eval_overrides(settings, dataset, top_k=10)
     settings = apply_overrides(settings, overrides)
-    result = run_evaluation(settings, "squad", config_path=str(eval_config), overrides=overrides)
+    result = run_evaluation(settings, "squad")
     assert result.success, result.error
 
     # The collection was built by the ingestion graph, under the dataset's partition key.

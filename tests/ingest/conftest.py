@@ -38,7 +38,7 @@ class Workspace:
     def ingest(self, sources: list[str] | None = None, **kw: Any) -> list[SourceRunReport]:
         settings = self.settings()
         names = sources or [s.name for s in settings.sources]
-        return run_ingestion(settings, names, config_path=str(self.config_path), **kw)
+        return run_ingestion(settings, names, **kw)
 
     def store(self) -> VectorStore:
         s = self.settings()

@@ -16,12 +16,14 @@ from tests.ingest.conftest import Workspace
 
 
 def _resources(ws: Workspace) -> dict:
-    return {"pipeline_settings": PipelineSettings(config_path=str(ws.config_path))}
+    return {"pipeline_settings": PipelineSettings(validated=ws.settings())}
 
 
 def _evaluate(instance: dg.DagsterInstance, ws: Workspace, cursor: str | None) -> dg.SensorResult:
-    ctx = dg.build_sensor_context(instance=instance, cursor=cursor, resources=_resources(ws))
-    result = source_change_sensor(ctx)
+    # A context manager: the settings resource holds the process's validated settings object
+    # (a nested resource), which Dagster sets up and tears down around the evaluation.
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=_resources(ws)) as ctx:
+        result = source_change_sensor(ctx)
     assert isinstance(result, dg.SensorResult)
     return result
 

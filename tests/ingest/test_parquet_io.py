@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from clef_pipelines.config import Settings
 from clef_pipelines.ingest.batches import FrameFile
 from clef_pipelines.resources.parquet_io import PolarsParquetIOManager
 from clef_pipelines.resources.settings import PipelineSettings
@@ -34,7 +35,9 @@ def test_a_frame_file_is_moved_in_and_read_back_by_the_columns_an_input_asks_for
     def whole(inventory: pl.DataFrame) -> None:
         seen["whole"] = inventory
 
-    io = PolarsParquetIOManager(settings=PipelineSettings(), base_dir=str(tmp_path / "out"))
+    io = PolarsParquetIOManager(
+        settings=PipelineSettings(validated=Settings()), base_dir=str(tmp_path / "out")
+    )
     result = dg.materialize([inventory, slim, whole], resources={"parquet_io": io})
 
     assert result.success

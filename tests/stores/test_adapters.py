@@ -790,6 +790,7 @@ def test_dagster_steps_open_lancedb_with_the_pipeline_metadata_cache(
     the query side's 128 MB made the sync's memory grow with the table."""
     import yaml
 
+    from clef_pipelines.config import load_settings
     from clef_pipelines.resources.settings import PipelineSettings
     from clef_pipelines.resources.store import VectorStoreResource
 
@@ -804,7 +805,7 @@ def test_dagster_steps_open_lancedb_with_the_pipeline_metadata_cache(
             }
         )
     )
-    resource = VectorStoreResource(settings=PipelineSettings(config_path=str(config)))
+    resource = VectorStoreResource(settings=PipelineSettings(validated=load_settings(config)))
     in_steps = _fill_lancedb_caches(resource.get())
     cfg = StoreConfig.model_validate({"kind": "lancedb", "lancedb": lance})
     for_queries = _fill_lancedb_caches(open_store(cfg, tmp_path / "queries"))

@@ -1,0 +1,62 @@
+"""The code location's parts, built from one validated `Settings`: its resources and its
+`Definitions`. `definitions.py` builds them from the config it loads once (`dg dev`, a run
+worker); the CLI's in-process runs (`jobs.launch`) from the settings its command loaded.
+"""
+# ruff: noqa: E402  (the malloc arena limit must run before the imports below; see there)
+
+from __future__ import annotations
+
+# First, before Dagster and the stores' native libraries start threads (each new thread can
+# get a malloc arena of its own): every process that runs these assets imports this module (a
+# run worker and `dg dev` through definitions.py, the CLI's in-process runs through
+# jobs.launch), and two arenas bound what the stores' runtimes keep (`limit_malloc_arenas`;
+# `MALLOC_ARENA_MAX` in the environment overrides).
+from clef_pipelines.ingest.process_memory import limit_malloc_arenas
+
+limit_malloc_arenas()
+
+import dagster as dg
+
+from clef_pipelines.assets.evaluation import evaluation_assets
+from clef_pipelines.assets.ingestion import ingestion_assets
+from clef_pipelines.config import Settings
+from clef_pipelines.jobs.evaluation import eval_job
+from clef_pipelines.jobs.ingestion import (
+    build_refresh_schedule,
+    ingestion_job,
+    source_change_sensor,
+)
+from clef_pipelines.resources.clef import ClefResource
+from clef_pipelines.resources.embedder import EmbedderResource
+from clef_pipelines.resources.parquet_io import PolarsParquetIOManager
+from clef_pipelines.resources.settings import PipelineSettings
+from clef_pipelines.resources.store import VectorStoreResource
+
+
+def build_resources(
+    settings: Settings,
+) -> dict[str, dg.ConfigurableResource | dg.ConfigurableIOManager]:
+    """Every resource of the location, each reading the one validated `settings`."""
+    pipeline = PipelineSettings(validated=settings)
+    return {
+        "pipeline_settings": pipeline,
+        # Clef: initialised only by steps that ask for it (the screen and enrichment stages).
+        "clef": ClefResource(settings=pipeline),
+        "vector_store": VectorStoreResource(settings=pipeline),
+        "embedder": EmbedderResource(settings=pipeline),
+        "parquet_io": PolarsParquetIOManager(settings=pipeline),
+    }
+
+
+def build_definitions(settings: Settings) -> dg.Definitions:
+    return dg.Definitions(
+        assets=[*ingestion_assets, *evaluation_assets],
+        jobs=[ingestion_job, eval_job],
+        sensors=[source_change_sensor],
+        schedules=[build_refresh_schedule(settings.refresh_cron)],
+        resources=build_resources(settings),
+        # Every run of these assets, however it is launched (the job, an asset-graph selection,
+        # a backfill, the sensor, the schedule, the CLI), runs its steps in one process: the
+        # embedder and store open once per run instead of once per step in a process each.
+        executor=dg.in_process_executor,
+    )
