@@ -1,6 +1,6 @@
 """Throughput of the HTTP API (`clef-pipelines api`) under concurrent clients.
 
-    .venv/bin/python bench/bench_api.py [--docs 2000] [--requests 200] [--concurrency 1 8 32]
+    .venv/bin/python -m bench run api [--docs 2000] [--requests 200] [--concurrency 1 8 32]
                                         [--embedder hash|minilm] [--clef-latency-ms 40]
 
 Ingests the first `--docs` SciFact abstracts into LanceDB, starts the API as its own process

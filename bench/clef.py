@@ -1,6 +1,6 @@
 """Clef benchmarks: `serve` batching on the tiny release, client overhead, cache hits.
 
-    python bench/bench_clef.py [--requests 96] [--rounds 3] [--skip-client]
+    python -m bench run clef [--requests 96] [--rounds 3] [--skip-client]
                                [--out bench/results/clef.json]
 
 1. `clef-pipelines serve` (a subprocess) on a tiny random release: requests per second one

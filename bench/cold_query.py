@@ -1,6 +1,6 @@
 """Cold `clef-pipelines query`: wall and CPU seconds of a fresh process on the demo collection.
 
-    .venv/bin/python bench/bench_cold_query.py [--runs 7] [--data-dir DIR] [--imports]
+    .venv/bin/python -m bench run cold_query [--runs 7] [--data-dir DIR] [--imports]
 
 Uses data/demo.yaml (the embedded defaults: LanceDB, MiniLM, no keys so Clef is off) with
 its data_dir moved to --data-dir (default: a temporary folder), ingests the demo corpus

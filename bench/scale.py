@@ -1,6 +1,6 @@
 """Ingestion at scale: synthetic JSONL documents of 80 to 400 words, hash embedder, one source.
 
-    .venv/bin/python bench/bench_scale.py --sizes 5000,50000 [--store lancedb] [--keep DIR]
+    .venv/bin/python -m bench run scale --sizes 5000,50000 [--store lancedb] [--keep DIR]
         [--batch-documents 2000] [--runs first,unchanged,edited] [--guard off|on]
         [--index on|off]
 
@@ -13,7 +13,7 @@ makes the figures the pipeline's own cost, not a model's. Each run also reports 
 seconds (user + system, from ``wait4``): on a shared machine the wall time follows the load,
 the CPU time much less, so CPU ms per document is the figure to compare across sizes when the
 load moved. ``--index off`` leaves the LanceDB ANN index unbuilt (its threshold above any
-size here), for a run of the streaming steps alone; ``bench/bench_index_segments.py`` measures
+size here), for a run of the streaming steps alone; ``lab/bench/index_segments.py`` measures
 the segmented build on its own. Prints a markdown table and writes the rows as JSON next to
 the work folder.
 """

@@ -1,7 +1,7 @@
 """Steering costs: Clef requests and input tokens per 1,000 paragraphs for the paragraph screen
 and the chunk enrichment, and SciFact ingest wall time with the offline guard on vs off.
 
-    .venv/bin/python bench/bench_steering.py [--paragraphs 1000] [--guard-docs 300] [--skip-guard]
+    .venv/bin/python -m bench run steering [--paragraphs 1000] [--guard-docs 300] [--skip-guard]
         [--guard-change]
 
 Part 1 runs the core stages (parse, screen, chunk, enrich) over N real paragraphs (half SQuAD

@@ -9,8 +9,8 @@ Data: synthetic 384-d vectors drawn around 200 random centres (a clustered, embe
 distribution; uniform Gaussian noise would be the worst case for every ANN index). Queries are
 perturbed data points.
 
-    python bench/bench_stores.py                      # memory+qdrant at 10k; lancedb+pgvector at 10k, 100k
-    python bench/bench_stores.py --sizes 10000 --kinds lancedb,pgvector
+    python -m bench run stores                      # memory+qdrant at 10k; lancedb+pgvector at 10k, 100k
+    python -m bench run stores --sizes 10000 --kinds lancedb,pgvector
 
 pgvector uses ``$CLEF_PG_DSN`` when set, else starts a throwaway server (tests/pg.py).
 """

@@ -1,5 +1,5 @@
-"""This process's peak resident memory over one phase of a benchmark (bench_inventory_phases.py,
-bench_upkeep_phases.py). `VmHWM` rather than `process_memory.peak_rss_gb` (`ru_maxrss`):
+"""This process's peak resident memory over one phase of a benchmark (lab/bench/inventory_phases.py,
+lab/bench/upkeep_phases.py). `VmHWM` rather than `process_memory.peak_rss_gb` (`ru_maxrss`):
 writing 5 to `/proc/self/clear_refs` resets `VmHWM`, so each phase gets a peak of its own."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The store calls a benchmark of the sync step times: every write, delete and upkeep of a
-store, by wrapping its methods (bench_store_sync.py, bench_refresh_sync.py)."""
+store, by wrapping its methods (lab/bench/store_sync.py, lab/bench/refresh_sync.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """CPU seconds of the chunks step's core and of the hash embedder, on a kept bench_scale run.
 
-    .venv/bin/python bench/bench_scale.py --sizes 5000 --runs first --guard off --keep DIR
-    .venv/bin/python bench/bench_chunk_step.py DIR/n5000 [--write OUT.parquet]
+    .venv/bin/python -m bench run scale --sizes 5000 --runs first --guard off --keep DIR
+    .venv/bin/python -m lab.bench.chunk_step DIR/n5000 [--write OUT.parquet]
         [--compare REF.parquet] [--profile]
 
 Reads the run's screened_paragraphs batches and runs `stages.chunk_documents` on each, as the
@@ -24,8 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clef_pipelines.chunking import get_token_counter  # noqa: E402
 from clef_pipelines.config import load_settings  # noqa: E402

@@ -1,6 +1,6 @@
 """Hybrid search on LanceDB with and without late records, interleaved in one process.
 
-    python bench/bench_hybrid_refs.py --workdir /tmp/refs --size 100000 --queries 100
+    python -m lab.bench.hybrid_refs --workdir /tmp/refs --size 100000 --queries 100
 
 "full": both 100-deep lists read with every column, fused, top 30 kept (the path before
 `VectorStore.query_refs`); "refs": both lists as id + row id, fused, the top 30 read with one
@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import bench_hybrid as bh  # noqa: E402
+from bench import hybrid as bh  # noqa: E402
 
 
 def main() -> None:

@@ -1,12 +1,12 @@
 """Resident memory after each segment of a segmented ANN index build (issue 13, index step).
 
-Builds LanceDB's IVF_HNSW_SQ index over a `bench_vector_index.py` table in segments of at most
+Builds LanceDB's IVF_HNSW_SQ index over a `lab/bench/vector_index.py` table in segments of at most
 ``--segment-rows`` rows, the way `lancedb_store.index_segments` does (the same fragment
 groups and per-segment arguments), without committing, and prints the process's resident
 memory (VmRSS) and peak (VmHWM) after each segment: whether what one process keeps grows with
 the number of segments, i.e. with the table.
 
-    nice -n 5 .venv/bin/python bench/bench_index_segments.py --dir DIR --rows 120000 \\
+    nice -n 5 .venv/bin/python -m lab.bench.index_segments --dir DIR --rows 120000 \\
         --segment-rows 20000 [--fresh-dataset] [--trim]
 
 ``--fresh-dataset`` opens the dataset anew for every segment (Lance's caches dropped);
@@ -20,7 +20,7 @@ import argparse
 import time
 from pathlib import Path
 
-from bench_vector_index import DIM, make_table
+from lab.bench.vector_index import DIM, make_table
 
 
 def _status() -> dict[str, float]:

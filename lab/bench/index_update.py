@@ -1,7 +1,7 @@
 """One upkeep's index update, and the quarantine check's probe query, as the table grows
 (issue 13, item 1: the sync's memory set by configuration, not by the table).
 
-Copies a kept `bench_scale.py` run's LanceDB table into --tmp, then for each size in --grow
+Copies a kept `bench/scale.py` run's LanceDB table into --tmp, then for each size in --grow
 (K: the table plus K copies of its rows under new ids, folded into its indexes) measures,
 with resident memory sampled every 20 ms from a thread:
 
@@ -14,7 +14,7 @@ with resident memory sampled every 20 ms from a thread:
   reads) over the whole table, and the same search prefiltered to the probe's document
   (``doc_id``), as `steering.checks.quarantine_hidden` now runs it.
 
-    nice -n 5 .venv/bin/python bench/bench_index_update.py \\
+    nice -n 5 .venv/bin/python -m lab.bench.index_update \\
         --run-dir /tmp/lead-scale500/n50000 --grow 0,2 --rows 100000
 """
 
@@ -23,14 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clef_pipelines.ingest.process_memory import (  # noqa: E402
     limit_malloc_arenas,

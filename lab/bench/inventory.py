@@ -1,6 +1,6 @@
 """Memory and time of the whole-source part of an ingest: the inventory of a large source.
 
-    .venv/bin/python bench/bench_inventory.py --sizes 50000,500000,1000000
+    .venv/bin/python -m lab.bench.inventory --sizes 50000,500000,1000000
 
 Everything after the inventory streams one batch at a time (`batching.batch_documents`), so the
 inventory is the one step whose memory grows with the source: the listing (one row per
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def generate(path: Path, n: int) -> None:
@@ -35,7 +35,6 @@ def generate(path: Path, n: int) -> None:
 
 
 def child(corpus: Path | None) -> None:
-    sys.path.insert(0, str(REPO))
     import polars as pl
 
     from clef_pipelines.config import Settings, SourceConfig
@@ -69,9 +68,9 @@ def child(corpus: Path | None) -> None:
 
 
 def measured(corpus: Path | None) -> tuple[float, float]:
-    args = [sys.executable, __file__, "--child", str(corpus) if corpus else "-"]
+    args = [sys.executable, "-m", "lab.bench.inventory", "--child", str(corpus) if corpus else "-"]
     started = time.perf_counter()
-    proc = subprocess.Popen(args, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(args, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
     _, status, usage = os.wait4(proc.pid, 0)
     if status != 0:
         raise SystemExit(f"the child failed (status {status})")

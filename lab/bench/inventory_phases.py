@@ -1,9 +1,9 @@
 """The inventory step of a rerun, phase by phase, on a kept run (issue 13: what still grows
 with the source).
 
-    .venv/bin/python bench/bench_inventory_phases.py --config /tmp/scale-keep/n500000/bench.yaml
+    .venv/bin/python -m lab.bench.inventory_phases --config /tmp/scale-keep/n500000/bench.yaml
 
-Calls the `source_documents` step's own functions on a kept `bench_scale.py` run (its config,
+Calls the `source_documents` step's own functions on a kept `bench/scale.py` run (its config,
 corpus and store), one at a time: listing the source, reading the stored documents' facts,
 planning the inventory, assigning batches, and the source's stored totals. Before each phase
 the process's peak (`VmHWM`) is reset; each prints its peak and what it keeps over the resident
@@ -14,17 +14,12 @@ code first on the import path (PYTHONPATH=<clone>) to compare.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.append(str(REPO))  # after PYTHONPATH, so another commit's code can come first
-
-from _peak_memory import peak_mb, reset_peak  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 from clef_pipelines.config import load_settings  # noqa: E402
 from clef_pipelines.embedding import make_embedder  # noqa: E402
@@ -44,6 +39,7 @@ from clef_pipelines.ingest.process_memory import (  # noqa: E402
 )
 from clef_pipelines.ingest.totals import source_totals  # noqa: E402
 from clef_pipelines.stores import open_store  # noqa: E402
+from lab.bench._peak_memory import peak_mb, reset_peak  # noqa: E402
 
 
 def phase(name: str, fn: Callable[[], Any]) -> Any:

@@ -1,6 +1,6 @@
 """One unchanged-source refresh launched four ways, side by side in one run.
 
-    .venv/bin/python bench/bench_launch.py [--corpus data/corpus] [--embedder minilm|hash]
+    .venv/bin/python -m lab.bench.launch [--corpus data/corpus] [--embedder minilm|hash]
 
 Starts `dagster dev` (webserver + daemon, loopback, telemetry off) on a temporary
 DAGSTER_HOME, ingests the source once from the CLI path, then refreshes it unchanged:
@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCATION = "clef_pipelines"
 DONE = {"SUCCESS", "FAILURE", "CANCELED"}
 
@@ -79,7 +79,6 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=REPO / "data" / "corpus")
     parser.add_argument("--embedder", default="minilm", choices=["minilm", "hash"])
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))
     from clef_pipelines.config import load_settings
     from clef_pipelines.jobs.launch import ensure_dagster_home, run_ingestion
 

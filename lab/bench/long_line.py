@@ -1,6 +1,6 @@
 """Peak memory of `inspect` and `ingest` on one long line of Markdown (issue 7, item 9).
 
-    python bench/bench_long_line.py --mb 5
+    python -m lab.bench.long_line --mb 5
 
 Writes a file of one line (words, no sentence ends: the worst case for the chunker, which then
 cuts between words) and a tiny file, and runs the real CLI on each in a child process (hash
@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORDS = ["alpha", "beta", "gamma", "delta", "token", "sync", "folder", "client", "server"]
 
 CHILD = """

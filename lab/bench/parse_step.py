@@ -1,9 +1,9 @@
 """The first two steps of a first run alone: the inventory and the parse step (with its regroup).
 
-    nice -n 5 .venv/bin/python bench/bench_parse_step.py --sizes 50000,200000 --compare HEAD~2,.
+    nice -n 5 .venv/bin/python -m lab.bench.parse_step --sizes 50000,200000 --compare HEAD~2,.
 
 For each size this writes a JSONL source of synthetic documents (80 to 400 words, as
-`bench_scale.py` does), then, per code version (``.``: the working tree), a fresh child
+`bench/scale.py` does), then, per code version (``.``: the working tree), a fresh child
 process lists it against an empty store (every document new), assigns batches, and runs the
 parse step's core (`stages.parse_source_batches`: parse, one file per
 `batching.batch_documents` documents, then the regroup into one file per batch) into a temporary
@@ -21,13 +21,12 @@ import json
 import os
 import random
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WORDS = [f"w{i}" for i in range(2000)]
 
 
@@ -42,7 +41,7 @@ def generate(path: Path, n: int) -> None:
 
 
 def child(code: Path, corpus: Path, work: Path, out: Path) -> None:
-    sys.path.insert(0, str(code))
+    del code  # the parent put it first on PYTHONPATH (lab.bench._code_at.code_env)
     from clef_pipelines.ingest.process_memory import limit_malloc_arenas, peak_rss_gb, rss_gb
 
     limit_malloc_arenas()  # as the ingest process does (clef_pipelines/definitions.py)
@@ -109,7 +108,7 @@ def child(code: Path, corpus: Path, work: Path, out: Path) -> None:
 
 
 def main() -> None:
-    from _code_at import code_at
+    from lab.bench._code_at import code_at, code_env, module_cmd
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="50000,200000")
@@ -130,8 +129,10 @@ def main() -> None:
                 load = os.getloadavg()[0]
                 with tempfile.TemporaryDirectory(dir=tmp) as work:
                     out = Path(work) / "summary.json"
-                    args = [sys.executable, __file__, "--child", str(code), str(corpus), work]
-                    subprocess.run([*args, str(out)], check=True)
+                    args = module_cmd(
+                        "lab.bench.parse_step", "--child", str(code), str(corpus), work
+                    )
+                    subprocess.run([*args, str(out)], check=True, env=code_env(code))
                     r = json.loads(out.read_text())
                 r.update(code=rev, n=n, load=f"{load:.1f} to {os.getloadavg()[0]:.1f}")
                 print(json.dumps(r), flush=True)

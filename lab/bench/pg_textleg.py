@@ -2,8 +2,8 @@
 PostgreSQL, each claim's text leg run as hybrid search runs it (`text_query_refs`, 100 deep),
 every statement it sends captured and run again under EXPLAIN (ANALYZE, BUFFERS).
 
-    python bench/bench_pg_textleg.py --sizes 0,100000 --queries 100
-    python bench/bench_pg_textleg.py --sizes 0 --storage extended   # _tsv in TOAST, as before
+    python -m lab.bench.pg_textleg --sizes 0,100000 --queries 100
+    python -m lab.bench.pg_textleg --sizes 0 --storage extended   # _tsv in TOAST, as before
 
 Prints per size: the leg's wall p50 (Python included) and, per kind of statement (the spec
 read, the query's terms, the term statistics, the ranking statement), how many were sent per
@@ -20,14 +20,10 @@ import json
 import os
 import pathlib
 import statistics
-import sys
 import time
 from typing import Any
 
-ROOT = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-
-import bench_hybrid as bh  # noqa: E402
+from bench import hybrid as bh  # noqa: E402
 
 
 def kind_of(stmt: str) -> str:

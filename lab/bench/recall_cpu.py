@@ -1,9 +1,9 @@
 """Where a warm hybrid recall's CPU goes: each part of `retrieval.recall` timed alone.
 
-    .venv/bin/python bench/bench_recall_cpu.py --config WORKDIR/docs-200/ours.yaml [--queries 15]
+    .venv/bin/python -m lab.bench.recall_cpu --config WORKDIR/docs-200/ours.yaml [--queries 15]
                                                [--reps 6]
 
-Run `bench/bench_retrieval.py --workdir WORKDIR ...` once first: it ingests the collection
+Run `bench/retrieval.py --workdir WORKDIR ...` once first: it ingests the collection
 and writes the config this reads (Clef is not asked here). For the first --queries SciFact
 claims, in one warm process (the Retriever's query embedder after `warm()`), it prints the
 median and best CPU milliseconds (`time.process_time`: every thread of the process, LanceDB's
@@ -22,14 +22,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data" / "scifact"
-sys.path.insert(0, str(REPO))
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """The `store_sync` step of a refresh: a fraction of a kept run's documents edited, synced into
 a copy of that run's store (issue 13: the 1% edited rerun of a large source).
 
-Copies a kept `bench_scale.py` run's LanceDB folder (the table after its first run), picks
+Copies a kept `bench/scale.py` run's LanceDB folder (the table after its first run), picks
 every k-th document so that ``--fraction`` of them change, gives each changed document a new
 last chunk (a new record id and text, the same vector) and keeps its other chunks, then runs
 the step's own code (`batch_steps.sync_batches`: upserts, stale deletes, manifest, upkeep) with
@@ -10,7 +10,7 @@ deletes, upkeeps), the rows deleted, the peak resident memory, and checks that t
 holds as many rows as before with every replaced chunk gone.
 
     # the refresh alone, the working tree's code against a commit's, from one kept run:
-    nice -n 5 .venv/bin/python bench/bench_refresh_sync.py \\
+    nice -n 5 .venv/bin/python -m lab.bench.refresh_sync \\
         --run-dir /tmp/scale-keep/n50000 --compare 0f8d900,.
 """
 
@@ -30,15 +30,11 @@ from typing import Any
 
 import polars as pl
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # `--code DIR`: import clef_pipelines from DIR (another commit's code, see --compare).
-_pre = argparse.ArgumentParser(add_help=False)
-_pre.add_argument("--code", type=Path)
-sys.path.insert(0, str(_pre.parse_known_args()[0].code or REPO))
+from lab.bench._code_at import code_at, code_env, reexec_with_code  # noqa: E402
 
-from _code_at import code_at  # noqa: E402
-from _store_calls import time_store_calls  # noqa: E402
-
+reexec_with_code("lab.bench.refresh_sync")
 from clef_pipelines.config import load_settings  # noqa: E402
 from clef_pipelines.embedding import make_embedder  # noqa: E402
 from clef_pipelines.ingest import batch_steps  # noqa: E402
@@ -46,6 +42,7 @@ from clef_pipelines.ingest.batches import BATCH, FrameBatches  # noqa: E402
 from clef_pipelines.ingest.documents import CHANGED  # noqa: E402
 from clef_pipelines.ingest.process_memory import limit_malloc_arenas, peak_rss_gb  # noqa: E402
 from clef_pipelines.stores import open_store  # noqa: E402
+from lab.bench._store_calls import time_store_calls  # noqa: E402
 
 
 class EditedBatches(FrameBatches):
@@ -132,12 +129,20 @@ def compare(a: argparse.Namespace) -> None:
         for rev in a.compare.split(","):
             code = code_at(rev, Path(tmp))
             out = Path(tmp) / "summary.json"
-            cmd = [sys.executable, __file__, "--run-dir", str(a.run_dir), "--code", str(code)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "lab.bench.refresh_sync",
+                "--run-dir",
+                str(a.run_dir),
+                "--code",
+                str(code),
+            ]
             cmd += ["--fraction", str(a.fraction), "--source", a.source, "--json", str(out)]
             if a.tmp:
                 cmd += ["--tmp", str(a.tmp)]
             print(f"== {rev}", flush=True)
-            subprocess.run(cmd, check=True)
+            subprocess.run(cmd, check=True, env=code_env(code))
             rows.append({"code": rev, **json.loads(out.read_text())})
     print(
         "\n| code | documents | edited | rows | store_sync s | writes | writes s | deletes "

@@ -4,13 +4,13 @@ The parse step reads a source in order and writes one Parquet file per
 `batching.batch_documents` parsed documents, each holding a row group of nearly every batch;
 `BatchWriter.regroup` then rewrites them as one file per batch (issue 13: bounded memory). This
 replays the regroup on a copy of a kept run's parse-step files that were written before it
-existed (a `part-*.parquet` layout, e.g. a `bench_scale.py --keep` run made before b4ed775),
+existed (a `part-*.parquet` layout, e.g. a `bench/scale.py --keep` run made before b4ed775),
 in a child process per code version, and prints: seconds, the child's peak resident memory
 and how much the regroup added to it and still holds after it (`kept`: where the next steps
 start, in the same process), the files' footer bytes (all files and the largest),
 row groups per file, and the mean seconds of a batch read (`FrameBatches.read`) afterwards.
 
-    nice -n 5 .venv/bin/python bench/bench_regroup.py \\
+    nice -n 5 .venv/bin/python -m lab.bench.regroup \\
         --parsed /tmp/scale-keep/n500000/state/intermediates/clef/parsed_blocks/scale \\
         --compare 0f8d900,.
 """
@@ -27,14 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # `--code DIR`: import clef_pipelines from DIR (another commit's code, see --compare).
-_pre = argparse.ArgumentParser(add_help=False)
-_pre.add_argument("--code", type=Path)
-sys.path.insert(0, str(_pre.parse_known_args()[0].code or REPO))
+from lab.bench._code_at import code_at, code_env, reexec_with_code  # noqa: E402
+
+reexec_with_code("lab.bench.regroup")
 
 import pyarrow.parquet as pq  # noqa: E402
-from _code_at import code_at  # noqa: E402
 
 from clef_pipelines.ingest.batches import BatchWriter, FrameBatches  # noqa: E402
 from clef_pipelines.ingest.process_memory import (  # noqa: E402
@@ -95,12 +94,20 @@ def compare(a: argparse.Namespace) -> None:
         for rev in a.compare.split(","):
             code = code_at(rev, Path(tmp))
             out = Path(tmp) / "summary.json"
-            cmd = [sys.executable, __file__, "--parsed", str(a.parsed), "--code", str(code)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "lab.bench.regroup",
+                "--parsed",
+                str(a.parsed),
+                "--code",
+                str(code),
+            ]
             cmd += ["--reads", str(a.reads), "--files", str(a.files), "--json", str(out)]
             if a.tmp:
                 cmd += ["--tmp", str(a.tmp)]
             print(f"== {rev}", flush=True)
-            subprocess.run(cmd, check=True)
+            subprocess.run(cmd, check=True, env=code_env(code))
             rows.append({"code": rev, **json.loads(out.read_text())})
     print(
         "\n| code | files in | files out | regroup s | peak GB | added GB | kept GB | footers MB "

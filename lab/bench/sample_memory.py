@@ -1,9 +1,9 @@
 """Sample a running process's resident memory, split into anonymous memory and mapped files.
 
-    # beside a benchmark: the ingestion child of bench_scale.py, every 2 s
-    .venv/bin/python bench/sample_memory.py --match "bench_scale.py.*--child" --out /tmp/samples.log
+    # beside a benchmark: the ingestion child of bench/scale.py, every 2 s
+    .venv/bin/python -m lab.bench.sample_memory --match "bench/scale.py.*--child" --out /tmp/samples.log
     # afterwards: percentiles of a window (e.g. the store_sync step's minutes)
-    .venv/bin/python bench/sample_memory.py --summarise /tmp/samples.log --from 14:06:00 --to 14:16:25
+    .venv/bin/python -m lab.bench.sample_memory --summarise /tmp/samples.log --from 14:06:00 --to 14:16:25
 
 Each line: time, pid, `VmRSS`, `VmHWM`, `RssAnon` (heap and anonymous maps) and `RssFile`
 (mapped files: the libraries' code) in GB, from `/proc/<pid>/status`. It waits for a process

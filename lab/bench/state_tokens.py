@@ -1,7 +1,7 @@
 """The CPU of estimating a Clef state's tokens: the whole rendering split against the state
 object counted from its texts' cached splits and the seams (`clef.tokens.state_tokens`).
 
-    .venv/bin/python bench/bench_state_tokens.py [--states 40] [--passages 15] [--reps 5]
+    .venv/bin/python -m lab.bench.state_tokens [--states 40] [--passages 15] [--reps 5]
 
 Builds states shaped like a query's requests from SciFact abstracts (`../shared/data/scifact`):
 a packed classify state (the claim and --passages abstracts under `s1`, `s2` ...) and the
@@ -18,14 +18,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data" / "scifact"
-sys.path.insert(0, str(REPO))
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """The `store_sync` step alone, as the table grows (issue 13, item 3: linear time).
 
-Replays the sync of a kept `bench_scale.py` run: its inventory (`source_documents`) and its
+Replays the sync of a kept `bench/scale.py` run: its inventory (`source_documents`) and its
 embedded chunks (`embeddings`, the Parquet batches the step reads) go through the step's own
 code (`batch_steps.sync_batches`: writes, stale deletes, manifest, closing upkeep; then the
 totals the asset reads for its metadata) into a fresh LanceDB folder, with the run's
@@ -10,25 +10,25 @@ run in it; then the step's total seconds, ms per document and per 1,000 chunks, 
 resident memory (`ru_maxrss`; run one size per process so each peak is its own).
 
     # a kept run (the Parquet intermediates), once per size:
-    nice -n 5 .venv/bin/python bench/bench_scale.py --sizes 50000 --runs first --guard off \\
+    nice -n 5 .venv/bin/python -m bench run scale --sizes 50000 --runs first --guard off \\
         --keep /tmp/scale-keep
     # the sync step alone, replayed from it:
-    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir /tmp/scale-keep/n50000
+    nice -n 5 .venv/bin/python -m lab.bench.store_sync --run-dir /tmp/scale-keep/n50000
     # only the first N chunks (whole batches are cut at N):
-    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... --rows 100000
+    nice -n 5 .venv/bin/python -m lab.bench.store_sync --run-dir ... --rows 100000
     # four copies of the run's documents, each with ids of its own (4 times the size):
-    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... --repeat 4
+    nice -n 5 .venv/bin/python -m lab.bench.store_sync --run-dir ... --repeat 4
     # where the memory goes: resident memory sampled every 50 ms, its maximum per part (writes,
     # each part of an upkeep, the totals and each check), glibc heap and LanceDB cache per line:
-    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... --phases
+    nice -n 5 .venv/bin/python -m lab.bench.store_sync --run-dir ... --phases
     # a setting changed for the replay:
-    nice -n 5 .venv/bin/python bench/bench_store_sync.py --run-dir ... \\
+    nice -n 5 .venv/bin/python -m lab.bench.store_sync --run-dir ... \\
         --set store.lancedb.metadata_cache_mb=16
     # before and after side by side: a commit's code and the working tree, two sizes:
-    nice -n 5 .venv/bin/python bench/bench_store_sync.py --compare d358147,. \\
+    nice -n 5 .venv/bin/python -m lab.bench.store_sync --compare d358147,. \\
         --run-dir /tmp/scale-keep/n5000 --run-dir /tmp/scale-keep/n50000
     # one run folder once and twice over (--repeat takes a list with --compare):
-    nice -n 5 .venv/bin/python bench/bench_store_sync.py --compare 0f8d900,. \\
+    nice -n 5 .venv/bin/python -m lab.bench.store_sync --compare 0f8d900,. \\
         --run-dir /tmp/scale-keep/n50000 --repeat 1,2 --phases
 """
 
@@ -47,14 +47,11 @@ from typing import Any
 
 import polars as pl
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # `--code DIR`: import clef_pipelines from DIR (another commit's code, see --compare).
-_pre = argparse.ArgumentParser(add_help=False)
-_pre.add_argument("--code", type=Path)
-sys.path.insert(0, str(_pre.parse_known_args()[0].code or REPO))
+from lab.bench._code_at import code_at, code_env, reexec_with_code  # noqa: E402
 
-from _code_at import code_at  # noqa: E402
-from _store_calls import time_store_calls  # noqa: E402
+reexec_with_code("lab.bench.store_sync")
 
 from clef_pipelines.config import load_settings  # noqa: E402
 from clef_pipelines.embedding import make_embedder  # noqa: E402
@@ -69,6 +66,7 @@ from clef_pipelines.ingest.process_memory import (  # noqa: E402
 from clef_pipelines.ingest.totals import source_totals  # noqa: E402
 from clef_pipelines.steering import checks  # noqa: E402
 from clef_pipelines.stores import open_store  # noqa: E402
+from lab.bench._store_calls import time_store_calls  # noqa: E402
 
 #: Batch keys of the copies made by --repeat: copy r's batch k is r * _STRIDE + k.
 _STRIDE = 1_000_000
@@ -276,7 +274,15 @@ def compare(a: argparse.Namespace) -> None:
             code = code_at(rev, Path(tmp))
             for run_dir, repeat in [(d, k) for d in a.run_dir for k in a.repeat.split(",")]:
                 out = Path(tmp) / "summary.json"
-                cmd = [sys.executable, __file__, "--run-dir", str(run_dir), "--code", str(code)]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "lab.bench.store_sync",
+                    "--run-dir",
+                    str(run_dir),
+                    "--code",
+                    str(code),
+                ]
                 cmd += ["--every", str(a.every), "--source", a.source, "--json", str(out)]
                 cmd += [f"--set={item}" for item in a.set]
                 if a.rows:
@@ -286,7 +292,7 @@ def compare(a: argparse.Namespace) -> None:
                 if a.phases:
                     cmd += ["--phases"]
                 print(f"== {rev} {run_dir} x{repeat}", flush=True)
-                subprocess.run(cmd, check=True)
+                subprocess.run(cmd, check=True, env=code_env(code))
                 rows.append({"code": rev, **json.loads(out.read_text())})
     print(
         "\n| code | documents | chunks | store_sync s | ms per document | writes s | upkeeps "

@@ -5,22 +5,22 @@ under full-text search, filter fields) into a fresh `LanceDBStore` in slices of 
 rows (512: `sync_batch_rows`' default), as `store_sync` does, and prints the process's resident
 memory every few slices. It isolates the store's part of a sync from the pipeline's.
 
-    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 100000 --batch 512
+    nice -n 5 .venv/bin/python -m lab.bench.sync_memory --rows 100000 --batch 512
     # the ingest's own collection spec (every payload field, its filter and text fields):
-    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 100000 --batch 512 \\
+    nice -n 5 .venv/bin/python -m lab.bench.sync_memory --rows 100000 --batch 512 \\
         --spec DATA_DIR/lancedb/_clef_meta/COLLECTION.json
     # upkeep every 20 writes whatever the table's size (the behaviour before upkeep_fraction):
-    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 150000 --batch 512 \\
+    nice -n 5 .venv/bin/python -m lab.bench.sync_memory --rows 150000 --batch 512 \\
         --spec ... --upkeep-fraction 0
     # LanceDB's own compaction target (every fragment below 1M rows rewritten, as before
     # compaction_target_rows):
-    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 100000 --batch 512 \\
+    nice -n 5 .venv/bin/python -m lab.bench.sync_memory --rows 100000 --batch 512 \\
         --spec ... --compaction-target-rows 1048576
     # no upkeep during the load, then one over the whole table (what one upkeep costs at N):
-    nice -n 5 .venv/bin/python bench/bench_sync_memory.py --rows 150000 --batch 512 \\
+    nice -n 5 .venv/bin/python -m lab.bench.sync_memory --rows 150000 --batch 512 \\
         --spec ... --optimize-every 0 --final-upkeep
     # the same, trimming the heap after every upsert (retained vs needed memory):
-    ARROW_DEFAULT_MEMORY_POOL=system nice -n 5 .venv/bin/python bench/bench_sync_memory.py \\
+    ARROW_DEFAULT_MEMORY_POOL=system nice -n 5 .venv/bin/python -m lab.bench.sync_memory \\
         --rows 60000 --batch 512 --spec ... --trim
 """
 
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -38,8 +37,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from clef_pipelines.ingest.process_memory import peak_rss_gb, rss_gb, trim_heap  # noqa: E402
 from clef_pipelines.stores._common import spec_from_json  # noqa: E402

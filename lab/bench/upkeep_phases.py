@@ -1,9 +1,9 @@
 """The peak of each phase of one LanceDB upkeep, on a copy of a kept run's table (issue 13).
 
-    .venv/bin/python bench/bench_upkeep_phases.py --lancedb /tmp/scale-keep/n50000/state/lancedb
-    .venv/bin/python bench/bench_upkeep_phases.py --lancedb /tmp/scale-keep/n500000/state/lancedb
+    .venv/bin/python -m lab.bench.upkeep_phases --lancedb /tmp/scale-keep/n50000/state/lancedb
+    .venv/bin/python -m lab.bench.upkeep_phases --lancedb /tmp/scale-keep/n500000/state/lancedb
 
-Copies the LanceDB folder of a kept `bench_scale.py` run, then, a round at a time, appends 256
+Copies the LanceDB folder of a kept `bench/scale.py` run, then, a round at a time, appends 256
 slices of 512 rows (the sync's writes between two upkeeps) and runs the steps of the store's
 upkeep (`LanceDBStore._optimize`) one by one: compaction, each scalar and full-text index's
 update, the version clean-up and the fresh session. Before each phase the process's peak
@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from _peak_memory import peak_mb, reset_peak  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 from clef_pipelines.ingest.process_memory import (  # noqa: E402
     limit_malloc_arenas,
@@ -34,6 +30,7 @@ from clef_pipelines.ingest.process_memory import (  # noqa: E402
     trim_heap,
 )
 from clef_pipelines.stores.lancedb_store import LanceDBStore  # noqa: E402
+from lab.bench._peak_memory import peak_mb, reset_peak  # noqa: E402
 
 
 def upkeep_round(store: LanceDBStore, name: str) -> str:
@@ -75,7 +72,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     if not (args.lancedb / f"{args.table}.lance").is_dir():
-        raise SystemExit(f"{args.lancedb}: no table {args.table!r} (a kept bench_scale.py run?)")
+        raise SystemExit(f"{args.lancedb}: no table {args.table!r} (a kept bench/scale.py run?)")
     limit_malloc_arenas()  # as the ingest processes do
     with tempfile.TemporaryDirectory(prefix="bench-upkeep-phases-") as tmp:
         path = Path(tmp) / "lancedb"

@@ -2,10 +2,10 @@
 float lists (`before`, what the step did until issue 13) against one float32 matrix cast to a
 list column (`after`, what it does now). Run each way in a fresh process:
 
-    .venv/bin/python bench/bench_vector_column.py 276000 before
-    .venv/bin/python bench/bench_vector_column.py 276000 after
+    .venv/bin/python -m lab.bench.vector_column 276000 before
+    .venv/bin/python -m lab.bench.vector_column 276000 after
 
-(276,000 chunks is what 50,000 synthetic documents of bench/bench_scale.py yield.)
+(276,000 chunks is what 50,000 synthetic documents of bench/scale.py yield.)
 """
 
 import resource

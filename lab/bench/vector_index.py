@@ -6,7 +6,7 @@ child process and reports the child's peak RSS (``ru_maxrss``) and its RSS befor
 the build seconds and recall@10 against exact search over 100 held-out queries, with the
 store's own search settings (nprobes, refine_factor, ef).
 
-    nice -n 5 .venv/bin/python bench/bench_vector_index.py --rows 380000 --dir DIR \\
+    nice -n 5 .venv/bin/python -m lab.bench.vector_index --rows 380000 --dir DIR \\
         --configs hnsw_sq:4,hnsw_sq:auto,ivf_pq:auto,ivf_flat:16
 
 A configuration is ``kind:partitions`` (kind: hnsw_sq, ivf_pq, ivf_flat; ``auto``: what
@@ -144,7 +144,7 @@ def main() -> None:
     print(f"table: {a.rows} rows x {DIM} in {time.perf_counter() - t0:.1f} s at {path}", flush=True)
     for config in a.configs.split(","):
         out = subprocess.run(
-            [sys.executable, __file__, "--dir", str(path), "--build", config],
+            [sys.executable, "-m", "lab.bench.vector_index", "--dir", str(path), "--build", config],
             capture_output=True,
             text=True,
         )

@@ -1,17 +1,17 @@
 """LanceDB's caches across a load's upkeeps: what appends leave cached, with and without the
 fresh session the store starts after every upkeep (issue 13, item 1).
 
-Copies the LanceDB folder of a kept `bench_scale.py` run (its table and indexes), then, a
+Copies the LanceDB folder of a kept `bench/scale.py` run (its table and indexes), then, a
 round at a time, appends 256 slices of 512 rows (a copy of the table's first 512 rows: the
 sync's write size, and the writes between two upkeeps at `upkeep_rows` 131,072) and runs the
 store's upkeep. Prints, per round, the bytes and entries in the store's LanceDB session and the
 resident memory after the appends and after the upkeep. Run it on a small and a large table to
 see how the cached entries of each version grow with the table:
 
-    .venv/bin/python bench/bench_version_cache.py --lancedb /tmp/scale-keep/n50000/state/lancedb
-    .venv/bin/python bench/bench_version_cache.py --lancedb /tmp/scale-keep/n500000/state/lancedb
+    .venv/bin/python -m lab.bench.version_cache --lancedb /tmp/scale-keep/n50000/state/lancedb
+    .venv/bin/python -m lab.bench.version_cache --lancedb /tmp/scale-keep/n500000/state/lancedb
     # as before the fresh session (the caches kept across upkeeps):
-    .venv/bin/python bench/bench_version_cache.py --lancedb ... --keep-session
+    .venv/bin/python -m lab.bench.version_cache --lancedb ... --keep-session
 
 The copy is made next to the system's temporary folder and removed afterwards (a 500,000
 document run's table is about 8 GB).
@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 
 from clef_pipelines.ingest.process_memory import limit_malloc_arenas, rss_gb  # noqa: E402
 from clef_pipelines.stores.lancedb_store import LanceDBStore  # noqa: E402
