@@ -2,13 +2,15 @@
 
     .venv/bin/python -m bench run api [--docs 2000] [--requests 200] [--concurrency 1 8 32]
                                         [--embedder hash|minilm] [--clef-latency-ms 40]
+                                        [--quick] [--json]
 
 Ingests the first `--docs` SciFact abstracts into LanceDB, starts the API as its own process
 (the real CLI), then sends `--requests` POST /v1/retrieve with SciFact claims as queries from
 N concurrent clients, twice: vector only (Clef off) and Clef-steered against the fake System One
 server answering after a fixed latency (default 40 ms). Prints a Markdown table: requests/s,
 p50 and p95 latency, and Clef requests per query. The fake server measures the pipeline around
-Clef, never Clef's own quality or speed.
+Clef, never Clef's own quality or speed. `--quick`: 200 abstracts, 40 requests, 1 and 8
+clients.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -29,8 +30,9 @@ from typing import Any
 import httpx
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-SCIFACT = REPO.parent / "shared" / "data" / "scifact"
+from bench._common import SCIFACT, child_env, need_shared
+
+QUICK = {"docs": 200, "requests": 40, "concurrency": [1, 8]}
 
 
 def free_port() -> int:
@@ -138,19 +140,20 @@ async def load(base: str, qs: list[str], concurrency: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--docs", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     parser.add_argument("--clef-latency-ms", type=float, default=40.0)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    # --json (the results on stdout) is the harness's, as before.
 
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    need_shared(SCIFACT / "corpus.jsonl")
     from clef_pipelines.testing.fake_systemone import FakeServer
 
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+    env = child_env(TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
     env.pop("CLEF_API_KEY", None)
     qs = queries(args.requests)
     rows: list[dict[str, Any]] = []
@@ -194,9 +197,6 @@ def main() -> None:
             finally:
                 proc.terminate()
                 proc.wait(30)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return
     print(
         f"{args.docs} SciFact abstracts, {args.embedder} embedder, LanceDB, top_k 30, "
         f"{args.requests} requests per row\n"
@@ -212,7 +212,4 @@ def main() -> None:
             f"| {r['system']} | {r['concurrency']} | {r['rps']:.1f} | {r['p50_ms']:.1f} | "
             f"{r['p95_ms']:.1f} | {r['clef_requests_per_query']:.2f} | {stages} | {r['errors']} |"
         )
-
-
-if __name__ == "__main__":
-    main()
+    return {"docs": args.docs, "embedder": args.embedder, "requests": args.requests, "rows": rows}

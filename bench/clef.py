@@ -1,7 +1,8 @@
 """Clef benchmarks: `serve` batching on the tiny release, client overhead, cache hits.
 
     python -m bench run clef [--requests 96] [--rounds 3] [--skip-client]
-                               [--out bench/results/clef.json]
+                               [--client-requests 1000] [--out bench/results/clef.json]
+                               [--quick] [--json]
 
 1. `clef-pipelines serve` (a subprocess) on a tiny random release: requests per second one
    request at a time, then at concurrency 8 without batching (--max-batch 1) and with it.
@@ -11,6 +12,10 @@
 2. Client overhead: the fake System One server (a subprocess, answering at once) timed with
    bare httpx and through ClefClient (validation, pacing, retry wrapper, answer checks,
    usage); the difference is the client's own cost. Then the cache-hit latency.
+
+The tiny release needs torch, transformers and clef-finetune (`pip install --no-deps
+clef-finetune==0.1.0`); without them the benchmark is skipped. `--quick`: 16 requests per
+mode, one round, 100 client requests.
 """
 
 from __future__ import annotations
@@ -31,8 +36,10 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench._common import REPO, Skip, child_env
+
+ROOT = REPO
+QUICK = {"requests": 16, "rounds": 1, "client_requests": 100}
 
 QUESTIONS = {
     "urgent": {"type": "noul", "instructions": "Is this support request urgent?"},
@@ -162,7 +169,7 @@ def bench_serve(release: Path, n: int, rounds: int = 1) -> dict[str, Any]:
 
 def serve_once(release: Path, n: int, max_batch: int, conc: int) -> dict[str, Any]:
     key = "bench-key"
-    env = os.environ | {"BENCH_KEY": key, "TOKENIZERS_PARALLELISM": "false"}
+    env = child_env(BENCH_KEY=key, TOKENIZERS_PARALLELISM="false")
     port = free_port()
     cmd = [
         str(Path(sys.executable).parent / "clef-pipelines"), "serve", str(release),
@@ -204,7 +211,10 @@ def bench_client(n: int) -> dict[str, Any]:
     from clef_pipelines.clef.config import ClefConfig
 
     proc = subprocess.Popen(
-        [sys.executable, "-c", FAKE.format(root=str(ROOT))], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", FAKE.format(root=str(ROOT))],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
     )
     try:
         assert proc.stdout is not None
@@ -296,16 +306,25 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--requests", type=int, default=96, help="requests per serve mode")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the serve modes")
     ap.add_argument("--skip-client", action="store_true", help="serve only")
     ap.add_argument("--client-requests", type=int, default=1000)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "clef.json"))
-    args = ap.parse_args()
 
-    from tests.clef.tiny_release import build_tiny_release
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import importlib.util
+
+    missing = [
+        m for m in ("torch", "transformers", "clef_finetune") if importlib.util.find_spec(m) is None
+    ]
+    if missing:
+        raise Skip(
+            f"the tiny release needs {', '.join(missing)} (the `serve` extra, clef-finetune)"
+        )
+    from bench._tiny_release import build_tiny_release
 
     results: dict[str, Any] = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
@@ -323,7 +342,4 @@ def main() -> None:
     out.write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
     print(markdown(results))
-
-
-if __name__ == "__main__":
-    main()
+    return results

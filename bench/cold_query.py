@@ -1,6 +1,7 @@
 """Cold `clef-pipelines query`: wall and CPU seconds of a fresh process on the demo collection.
 
     .venv/bin/python -m bench run cold_query [--runs 7] [--data-dir DIR] [--imports]
+        [--no-bytecode-cache] [--quick] [--json]
 
 Uses data/demo.yaml (the embedded defaults: LanceDB, MiniLM, no keys so Clef is off) with
 its data_dir moved to --data-dir (default: a temporary folder), ingests the demo corpus
@@ -13,7 +14,7 @@ Bytecode: this machine's environment sets PYTHONDONTWRITEBYTECODE, so an editabl
 compiles this package's sources on every start, which an installed wheel (byte-compiled by
 pip) never does. By default the runs share a bytecode cache (PYTHONPYCACHEPREFIX in the data
 dir) filled by one untimed run first; `--no-bytecode-cache` measures compile-per-start, as
-earlier figures did.
+earlier figures did. `--quick`: 2 runs.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from bench._common import REPO, child_env
+
+QUICK = {"runs": 2}
 
 
-def run(cmd: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess]:
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, subprocess.CompletedProcess]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
@@ -55,8 +59,7 @@ def import_costs(stderr: str, top: int = 10) -> list[tuple[str, float]]:
     return [(k, round(v / 1e6, 3)) for k, v in agg.most_common(top)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--imports", action="store_true")
@@ -65,7 +68,9 @@ def main() -> None:
         action="store_true",
         help="Keep this environment's bytecode setting (compile the sources on every start).",
     )
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = tempfile.TemporaryDirectory(prefix="bench-cold-query-")
     data_dir = (args.data_dir or Path(tmp.name)).resolve()
     cfg = yaml.safe_load((REPO / "data" / "demo.yaml").read_text())
@@ -76,12 +81,12 @@ def main() -> None:
     config = data_dir / "demo.yaml"
     data_dir.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump(cfg))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLEF_", "CLOUDFLARE_"))}
+    env = {k: v for k, v in child_env().items() if not k.startswith(("CLEF_", "CLOUDFLARE_"))}
     env.update(DAGSTER_HOME=str(data_dir / "dagster"), TOKENIZERS_PARALLELISM="false")
     cli = str(Path(sys.executable).with_name("clef-pipelines"))
     if not (data_dir / "state").exists():
         print("ingesting the demo corpus ...", file=sys.stderr)
-        run([cli, "ingest", "--config", str(config)], env)
+        _timed([cli, "ingest", "--config", str(config)], env)
     question = next(
         q.strip() for q in (REPO / "data" / "queries.txt").read_text().splitlines() if q.strip()
     )
@@ -89,10 +94,10 @@ def main() -> None:
     if not args.no_bytecode_cache:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(data_dir / "pycache")
-        run(cmd, env)  # untimed: writes the bytecode cache, as an install would
+        _timed(cmd, env)  # untimed: writes the bytecode cache, as an install would
     walls, cpus = [], []
     for _ in range(args.runs):
-        wall, cpu, _ = run(cmd, env)
+        wall, cpu, _ = _timed(cmd, env)
         walls.append(wall)
         cpus.append(cpu)
     load = os.getloadavg()[0]
@@ -103,12 +108,21 @@ def main() -> None:
         f"CPU median {statistics.median(cpus):.2f} s (best {min(cpus):.2f})"
     )
     if args.imports:
-        _, _, proc = run(
+        _, _, proc = _timed(
             [sys.executable, "-X", "importtime", "-m", "clef_pipelines", *cmd[1:]], env
         )
-        print("import time by package (s, self):", import_costs(proc.stderr))
+        imports = import_costs(proc.stderr)
+        print("import time by package (s, self):", imports)
     tmp.cleanup()
-
-
-if __name__ == "__main__":
-    main()
+    return {
+        "runs": args.runs,
+        "load": round(load, 2),
+        "bytecode_cache": not args.no_bytecode_cache,
+        "wall_s": [round(w, 3) for w in walls],
+        "cpu_s": [round(c, 3) for c in cpus],
+        "wall_median_s": round(statistics.median(walls), 3),
+        "wall_best_s": round(min(walls), 3),
+        "cpu_median_s": round(statistics.median(cpus), 3),
+        "cpu_best_s": round(min(cpus), 3),
+        **({"imports": imports} if args.imports else {}),
+    }

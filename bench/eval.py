@@ -1,7 +1,7 @@
 """The whole evaluation run: SciFact train (vector), SQuAD 2.0 (abstention), injections.
 
     .venv/bin/python -m bench run eval [--data-dir DIR] [--embedder minilm|hash] [--only NAME]
-        [--no-guard]
+        [--no-guard] [--limit N] [--quick] [--json]
 
 Each dataset runs as `clef-pipelines eval ... --json` in a child process (ingestion of the
 dataset's collection by the normal graph, then eval_job), timed, with the child's peak
@@ -11,6 +11,9 @@ The Clef rows compute only when a Clef backend is configured in the environment
 (CLEF_BASE_URL, or Workers AI credentials); otherwise they say they need one.
 --no-guard ingests with the offline guard off (with Clef off nothing is screened): the
 injection rows' unscreened baseline. Use another --data-dir than the guarded run's.
+--limit N evaluates the first N queries of each dataset (`clef-pipelines eval --limit`; the
+corpus is still the dataset's whole corpus, except the injections' planted one). `--quick`:
+the injections dataset alone, 40 rows, hash embedder.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
+from bench._common import REPO, SHARED_DATA, child_env, need_shared
+
+DATA = SHARED_DATA
 DATASETS = {
     "scifact": ["beir:" + str(DATA / "scifact"), "--split", "train"],
     "squad2": ["squad:" + str(DATA / "squad2" / "train-v2.0.json")],
@@ -37,6 +42,7 @@ DATASETS = {
         "squad:" + str(DATA / "squad2" / "train-v2.0.json"),
     ],
 }
+QUICK = {"only": ["injections"], "limit": 40, "embedder": "hash"}
 
 
 def run_one(name: str, args: list[str], config: Path, env: dict[str, str]) -> dict:
@@ -57,16 +63,20 @@ def run_one(name: str, args: list[str], config: Path, env: dict[str, str]) -> di
     return {"report": report, "seconds": wall, "peak_rss_mb": usage.ru_maxrss / 1024}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="Keep state here.")
     parser.add_argument("--embedder", default="minilm", choices=["minilm", "hash"])
     parser.add_argument("--only", action="append", choices=list(DATASETS))
     parser.add_argument(
         "--no-guard", action="store_true", help="Ingest with steering.guard.mode off."
     )
-    args = parser.parse_args()
+    parser.add_argument("--limit", type=int, help="The first N queries of each dataset.")
 
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    names = args.only or list(DATASETS)
+    for name in names:
+        need_shared(Path(DATASETS[name][0].split(":", 1)[1]))
     tmp = tempfile.TemporaryDirectory(prefix="bench-eval-")
     root = args.data_dir or Path(tmp.name)
     root.mkdir(parents=True, exist_ok=True)
@@ -77,16 +87,19 @@ def main() -> None:
     if args.no_guard:
         raw["steering"] = {"guard": {"mode": "off"}}
     config.write_text(yaml.safe_dump(raw))
-    env = dict(os.environ, DAGSTER_HOME=str(root / "dagster"), PYTHONPATH=str(REPO))
+    env = child_env(DAGSTER_HOME=str(root / "dagster"))
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     timings = []
-    for name in args.only or list(DATASETS):
-        result = run_one(name, DATASETS[name], config, env)
+    reports = {}
+    limit = ["--limit", str(args.limit)] if args.limit else []
+    for name in names:
+        result = run_one(name, [*DATASETS[name], *limit], config, env)
         report = result["report"]
         md = Path(root / "state" / "evals" / name / "report.md").read_text()
         print(md)
         timings.append((name, result["seconds"], result["peak_rss_mb"], report["queries"]))
+        reports[name] = report
     print("| dataset | queries | wall s | peak RSS MB |\n|---|---|---|---|")
     for name, seconds, rss, queries in timings:
         rss_text = f"{rss:.0f}" if rss else "?"
@@ -95,7 +108,14 @@ def main() -> None:
     peak = max((t[2] or 0) for t in timings)
     print(f"| all | | {total:.1f} | {peak:.0f} |")
     tmp.cleanup()
-
-
-if __name__ == "__main__":
-    main()
+    return {
+        "embedder": args.embedder,
+        "guard": not args.no_guard,
+        "timings": [
+            {"dataset": n, "queries": q, "wall_s": round(s, 2), "peak_rss_mb": round(r or 0)}
+            for n, s, r, q in timings
+        ],
+        "wall_s": round(total, 2),
+        "peak_rss_mb": round(peak),
+        "reports": reports,
+    }

@@ -1,10 +1,12 @@
 """Ingest the SciFact corpus end to end through the Dagster job, then again unchanged.
 
     .venv/bin/python -m bench run ingest [--limit N] [--embedder minilm|hash] [--store lancedb]
+        [--chunker structural|fixed] [--quick] [--json]
 
 Prints a markdown table: documents per second, the share of wall time spent outside the
 embedder, and the unchanged rerun's seconds and embedder calls. Everything runs in a temporary
-folder; the corpus is read from ../shared/data/scifact/corpus.jsonl.
+folder; the corpus is read from ../shared/data/scifact/corpus.jsonl ($CLEF_SHARED_DATA).
+`--quick`: the first 200 documents, hash embedder.
 """
 
 from __future__ import annotations
@@ -12,27 +14,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
+from bench._common import SCIFACT, need_shared
+
+CORPUS = SCIFACT / "corpus.jsonl"
+QUICK = {"limit": 200, "embedder": "hash"}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--limit", type=int, default=0, help="Only the first N documents.")
     parser.add_argument("--embedder", default="minilm", choices=["minilm", "hash"])
     parser.add_argument("--store", default="lancedb", choices=["lancedb", "memory", "qdrant"])
     parser.add_argument("--chunker", default="structural", choices=["structural", "fixed"])
-    args = parser.parse_args()
 
-    sys.path.insert(0, str(REPO))
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    need_shared(args.corpus)
     from clef_pipelines.config import load_settings
     from clef_pipelines.jobs.launch import run_ingestion
 
@@ -105,7 +109,11 @@ def main() -> None:
     print(f"\nrerun / first run wall time: {rerun['wall_s'] / first['wall_s']:.1%}")
     print("\nstep seconds (first run):", json.dumps(first["step_seconds"]))
     print("step seconds (rerun):", json.dumps(rerun["step_seconds"]))
-
-
-if __name__ == "__main__":
-    main()
+    return {
+        "documents": n_docs,
+        "embedder": args.embedder,
+        "store": args.store,
+        "chunker": args.chunker,
+        "runs": results,
+        "rerun_over_first": round(rerun["wall_s"] / first["wall_s"], 3),
+    }

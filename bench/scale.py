@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench run scale --sizes 5000,50000 [--store lancedb] [--keep DIR]
         [--batch-documents 2000] [--runs first,unchanged,edited] [--guard off|on]
-        [--index on|off]
+        [--index on|off] [--resume] [--quick] [--json]
 
 For each size it generates the corpus (seeded, so every run sees the same documents), then runs
 the Dagster ingestion job three times, each in a fresh child process: the first run, an
@@ -15,7 +15,8 @@ the CPU time much less, so CPU ms per document is the figure to compare across s
 load moved. ``--index off`` leaves the LanceDB ANN index unbuilt (its threshold above any
 size here), for a run of the streaming steps alone; ``lab/bench/index_segments.py`` measures
 the segmented build on its own. Prints a markdown table and writes the rows as JSON next to
-the work folder.
+the work folder. `--quick`: 1,000 documents. `python -m bench run refresh` reports the two
+reruns of the same runs against the first.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +34,9 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from bench._common import bench_cmd, child_env
+
+QUICK = {"sizes": "1000"}
 STEPS = ("source_documents", "parsed_blocks", "chunks", "embeddings", "store_sync")
 
 
@@ -108,7 +110,6 @@ def edit_one_percent(path: Path, seed: int = 14) -> int:
 
 def child_run(config: Path, out: Path) -> None:
     """One ingestion run in this process; writes its per-step metadata as JSON."""
-    sys.path.insert(0, str(REPO))
     from clef_pipelines.config import load_settings
     from clef_pipelines.jobs.launch import run_ingestion
 
@@ -132,8 +133,8 @@ def measured_run(config: Path, work: Path, label: str) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", str(config), "--child-out", str(out)],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        bench_cmd("scale", "--child", str(config), "--child-out", str(out)),
+        env=child_env(),
     )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
@@ -256,8 +257,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default="5000,50000", help="Comma-separated document counts.")
     parser.add_argument("--store", default="lancedb", choices=["lancedb", "memory", "qdrant"])
     parser.add_argument("--keep", type=Path, help="Work folder to keep (default: a temp folder).")
@@ -292,13 +292,15 @@ def main() -> None:
     )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.child:
         child_run(args.child, args.child_out)
-        return
+        return {}
     sizes = [int(x) for x in args.sizes.split(",") if x]
     if args.resume and not args.keep:
-        parser.error("--resume needs --keep (the folder of the runs to continue)")
+        raise SystemExit("--resume needs --keep (the folder of the runs to continue)")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         root = args.keep or Path(tmp)
@@ -321,7 +323,10 @@ def main() -> None:
         f"{args.index}, {os.cpu_count()} CPUs\n"
     )
     print(table(rows))
-
-
-if __name__ == "__main__":
-    main()
+    return {
+        "store": args.store,
+        "guard": args.guard,
+        "index": args.index,
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }

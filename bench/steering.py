@@ -2,7 +2,8 @@
 and the chunk enrichment, and SciFact ingest wall time with the offline guard on vs off.
 
     .venv/bin/python -m bench run steering [--paragraphs 1000] [--guard-docs 300] [--skip-guard]
-        [--guard-change]
+        [--guard-change] [--guard-pairs 2] [--breakdown] [--skip-requests]
+        [--context-tokens 16384 24576] [--quick] [--json]
 
 Part 1 runs the core stages (parse, screen, chunk, enrich) over N real paragraphs (half SQuAD
 2.0 paragraphs, half SciFact abstracts, one document each) against the fake System One server
@@ -14,7 +15,9 @@ Part 2 ingests the first M SciFact abstracts through the Dagster job (MiniLM emb
 LanceDB, Clef off) twice in fresh folders, guard off then on, and reports wall times.
 With --guard-change, part 3 times a rerun of that ingest after a guard change (other weights):
 against a first ingest and an unchanged rerun, with what it re-screened and re-embedded.
-Prints markdown tables.
+Prints markdown tables. `python -m bench run guard_cost` measures the guard's cost on its own
+(the screen against the embedder, wall and CPU). `--quick`: 100 paragraphs, one token budget,
+no guard timing.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
+from bench._common import SHARED_DATA, md_rows, need_shared
+
+DATA = SHARED_DATA
+QUICK = {"paragraphs": 100, "context_tokens": [16_384], "skip_guard": True}
 LATENCY_S = 0.040
 PROMPT_OVERHEAD = 330  # the client's bound on the fixed prompt (clef.tokens)
 
@@ -454,8 +459,7 @@ def bench_guard_change(docs: int) -> list[str]:
         ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paragraphs", type=int, default=1000)
     parser.add_argument("--guard-docs", type=int, default=300)
     parser.add_argument("--skip-guard", action="store_true")
@@ -482,44 +486,56 @@ def main() -> None:
         default=[16_384, 24_576],
         help="Request token budgets: self-hosted's default max_length, Workers AI's smallest.",
     )
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.guard_pairs < 1:
-        parser.error(
+        raise SystemExit(
             "--guard-pairs: at least 1 (each pair is one ingest with the guard off, one on)"
         )
-    sys.path.insert(0, str(REPO))
+    need_shared(DATA / "scifact" / "corpus.jsonl")
+    if not args.skip_requests:
+        need_shared(DATA / "squad2" / "train-v2.0.json")
+    result: dict[str, Any] = {}
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     if not args.skip_requests:
-        print(
+        header = (
             "| paragraphs | token budget | screen requests / 1k | enrich requests / 1k | total / 1k | "
             "most questions in a request | tokens / own, screen + enrich (client estimate) | "
             "tokens / own, screen + enrich (Qwen3.5 tokenizer, exact) | wall (screen + enrich) |"
         )
+        print(header)
         print("|---|---|---|---|---|---|---|---|---|")
+        rows = []
         for budget in args.context_tokens:
             for row in bench_requests(args.paragraphs, budget, args.breakdown):
                 print(row, flush=True)
+                rows.append(row)
+        result["requests"] = md_rows(header, rows)
         if BREAKDOWN:
             print()
             print("\n".join(BREAKDOWN))
     if not args.skip_guard:
         print()
-        print("| corpus | guard off | guard on | guard adds |")
+        header = "| corpus | guard off | guard on | guard adds |"
+        print(header)
         print("|---|---|---|---|")
-        for row in bench_guard(args.guard_docs, args.guard_pairs):
+        rows = bench_guard(args.guard_docs, args.guard_pairs)
+        for row in rows:
             print(row)
+        result["guard"] = md_rows(header, rows)
     if args.guard_change:
         print()
-        print(
+        header = (
             "| corpus | first ingest, guard on | rerun, unchanged | rerun, new guard | "
             "documents re-screened | chunks embedded / reused |"
         )
+        print(header)
         print("|---|---|---|---|---|---|")
-        for row in bench_guard_change(args.guard_docs):
+        rows = bench_guard_change(args.guard_docs)
+        for row in rows:
             print(row)
-
-
-if __name__ == "__main__":
-    main()
+        result["guard_change"] = md_rows(header, rows)
+    return result
