@@ -86,7 +86,9 @@ def module(name: str) -> ModuleType:
 
 
 def describe(mod: ModuleType) -> str:
-    return (mod.__doc__ or "").strip().splitlines()[0]
+    """The docstring's first paragraph, on one line."""
+    first = (mod.__doc__ or "").strip().split("\n\n")[0]
+    return " ".join(first.split())
 
 
 def build_parser(name: str) -> tuple[ModuleType, argparse.ArgumentParser]:
@@ -161,6 +163,7 @@ def run_benchmark(name: str, argv: list[str]) -> int:
     if to_stdout:
         print(text)
     elif args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(text + "\n")
     _status({"status": "ok"})
     return 0

@@ -7,9 +7,16 @@
                                             # eval harness's eval-scifact under data_dir DIR)
     python -m bench run hybrid quality    # nDCG@10, recall@10, recall@100 on the train qrels
     python -m bench run hybrid speed      # query p50 per store and mode, text index build time
+    python -m bench run hybrid tune       # fusion settings chosen on half of train
+    python -m bench run hybrid --quick [--json]
+                                          # cache, quality and speed on the first 300 abstracts
+                                          # (hash embedder, LanceDB) in a scratch folder
 
 The cache step runs the real ingestion job (Dagster, in-process) into a LanceDB collection and
 dumps what it stored; later steps load those records into each store, so the embedder runs once.
+Every step's flags are accepted by one parser (the old script's, subcommand first); `--kinds`
+defaults to lancedb for quality and lancedb,pgvector for speed. pgvector uses $CLEF_PG_DSN or a
+throwaway server (bench/_pg.py); where neither works it is left out with the reason.
 """
 
 from __future__ import annotations
@@ -19,7 +26,6 @@ import contextlib
 import json
 import os
 import pathlib
-import sys
 import tempfile
 import time
 import uuid
@@ -28,20 +34,40 @@ from typing import Any
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench._common import REPO, SCIFACT, need_shared
 
-DATA = ROOT.parent / "shared" / "data" / "scifact"
+ROOT = REPO
+DATA = SCIFACT
 #: Cache and results; CLEF_BENCH_RESULTS moves them (a scratch run).
 RESULTS = pathlib.Path(os.environ.get("CLEF_BENCH_RESULTS") or ROOT / "bench" / "results")
 CHUNKS = RESULTS / "scifact_chunks.parquet"
 QUERIES = RESULTS / "scifact_queries.parquet"
+STEPS = ("cache", "quality", "tune", "speed")
+QUICK = {
+    "docs": 300,
+    "embedder": "hash",
+    "limit": 30,
+    "queries": 20,
+    "kinds": ["lancedb"],
+    "sizes": [0],
+}
+
+
+def use_results(folder: pathlib.Path) -> None:
+    """Keep the cache and results under ``folder`` (a scratch run: --quick)."""
+    global RESULTS, CHUNKS, QUERIES
+    RESULTS = folder
+    CHUNKS = RESULTS / "scifact_chunks.parquet"
+    QUERIES = RESULTS / "scifact_queries.parquet"
+
+
 MODES = ("vector", "text", "hybrid")
 #: Chunks fetched per query for the quality metrics: enough to rank 100 distinct documents.
 QUALITY_DEPTH = 300
 
 
 def cache(args: argparse.Namespace) -> None:
+    """Ingest SciFact (the first --docs abstracts; all by default) and cache what was stored."""
     import yaml
 
     from clef_pipelines.config import load_settings
@@ -53,15 +79,21 @@ def cache(args: argparse.Namespace) -> None:
         return
     state = RESULTS / "scifact-state"
     cfg = RESULTS / "scifact.yaml"
+    corpus = DATA / "corpus.jsonl"
+    if args.docs:
+        corpus = RESULTS / "scifact_head.jsonl"
+        with (DATA / "corpus.jsonl").open() as src, corpus.open("w") as dst:
+            for i, line in enumerate(src):
+                if i >= args.docs:
+                    break
+                dst.write(line)
     cfg.write_text(
         yaml.safe_dump(
             {
                 "data_dir": str(state),
                 "collection": "scifact",
-                "sources": [
-                    {"name": "scifact", "path": str(DATA / "corpus.jsonl"), "kind": "jsonl"}
-                ],
-                "embedder": {"kind": "minilm"},
+                "sources": [{"name": "scifact", "path": str(corpus), "kind": "jsonl"}],
+                "embedder": {"kind": args.embedder},
                 "store": {"kind": "lancedb"},
             }
         )
@@ -221,10 +253,13 @@ def stores(kinds: list[str]) -> Iterator[Any]:
     with contextlib.ExitStack() as stack:
         dsn = None
         if "pgvector" in kinds:
-            sys.path.insert(0, str(ROOT / "bench"))
-            from _pg import pg_dsn
+            from bench._pg import pg_dsn
 
-            dsn = stack.enter_context(pg_dsn())
+            try:
+                dsn = stack.enter_context(pg_dsn())
+            except Exception as exc:  # noqa: BLE001 - reported, and pgvector left out
+                print(f"# pgvector skipped: cannot start PostgreSQL + pgvector: {exc}")
+                kinds.remove("pgvector")
         root = pathlib.Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bh-")))
 
         def factory(kind: str) -> Any:
@@ -261,7 +296,7 @@ def metrics(ranking: list[str], relevant: set[str]) -> dict[str, float]:
     }
 
 
-def quality(args: argparse.Namespace) -> None:
+def quality(args: argparse.Namespace) -> list[dict[str, Any]]:
     from clef_pipelines.retrieval.config import FusionConfig
     from clef_pipelines.retrieval.fusion import search
 
@@ -311,12 +346,13 @@ def quality(args: argparse.Namespace) -> None:
             f"| {r['store']} | {r['mode']} | {r['ndcg@10']:.3f} | {r['recall@10']:.3f} | "
             f"{r['recall@100']:.3f} |"
         )
+    return rows
 
 
 # ------------------------------------------------------------------------------ tune
 
 
-def tune(args: argparse.Namespace) -> None:
+def tune(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Fusion settings compared on the SciFact train qrels (the only labelled split here): each
     store is asked once per query (lists QUALITY_DEPTH deep), then fused offline. The train
     queries are split in two stable halves by a hash of the id: settings are chosen on the
@@ -412,14 +448,16 @@ def tune(args: argparse.Namespace) -> None:
         got = [score(cfg, split)["ndcg@10"] for split in ("tune", "check", "train")]
         print(f"  {cfg.method:8s} " + " / ".join(f"{g:.4f}" for g in got))
     out = RESULTS / f"hybrid_tune_{args.kind}.json"
-    out.write_text(json.dumps([{k: v for k, v in r.items() if k != "cfg"} for r in rows], indent=1))
+    kept = [{k: v for k, v in r.items() if k != "cfg"} for r in rows]
+    out.write_text(json.dumps(kept, indent=1))
     print(f"-> {out}")
+    return kept
 
 
 # ------------------------------------------------------------------------------ speed
 
 
-def speed(args: argparse.Namespace) -> None:
+def speed(args: argparse.Namespace) -> list[dict[str, Any]]:
     from clef_pipelines.retrieval.config import FusionConfig
     from clef_pipelines.retrieval.fusion import search
 
@@ -467,46 +505,74 @@ def speed(args: argparse.Namespace) -> None:
             f"{r['vector_p50_ms']:.1f} | {r['text_p50_ms']:.1f} | {r['hybrid_p50_ms']:.1f} | "
             f"{r['hybrid/vector']:.2f} |"
         )
+    return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("cache", help="ingest SciFact once and cache chunks and query vectors")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "cmd",
+        nargs="?",
+        choices=STEPS,
+        help="cache: ingest SciFact once and cache chunks and query vectors; quality: nDCG@10, "
+        "recall@10, recall@100 on the train qrels; tune: fusion settings chosen on half of "
+        "train, checked on the rest; speed: query p50 per store and mode, load and index time "
+        "(none with --quick: cache, quality and speed in a scratch folder)",
+    )
+    c = parser.add_argument_group("cache")
     c.add_argument("--from-store", help="data_dir of a LanceDB store that already holds it")
     c.add_argument("--collection", default="eval-scifact", help="with --from-store")
-    q = sub.add_parser("quality", help="nDCG@10, recall@10, recall@100 on the train qrels")
-    q.add_argument("--kinds", type=lambda s: s.split(","), default=["lancedb"])
+    c.add_argument("--docs", type=int, default=0, help="Only the first N abstracts (0: all).")
+    c.add_argument("--embedder", default="minilm", choices=["minilm", "hash"])
+    q = parser.add_argument_group("quality and speed")
+    q.add_argument(
+        "--kinds",
+        type=lambda s: s.split(","),
+        help="Stores (quality: lancedb; speed: lancedb,pgvector).",
+    )
+    q.add_argument("--candidates", type=int, default=0, help="quality: per-list depth (default "
+                   "300); speed: fusion.candidates (default: its)")  # fmt: skip
+    q.add_argument("--pg-text-candidates", type=int, help="pgvector text budget (0: unbounded)")
+    q.add_argument("--pg-text-idf", action="store_true", help="pgvector: IDF-weighted ts_rank")
+    q = parser.add_argument_group("quality")
     q.add_argument("--fusion", choices=["zscore", "weighted", "rrf"], default="zscore")
     q.add_argument("--rrf-k", type=int, default=60)
-    q.add_argument("--candidates", type=int, default=0, help="Per-list depth (default 300).")
     q.add_argument("--vector-weight", type=float, default=1.0)
     q.add_argument("--text-weight", type=float, default=1.0)
     q.add_argument("--limit", type=int, default=0, help="Only the first N train queries.")
     q.add_argument("--modes", type=lambda s: s.split(","), default=list(MODES))
-    q.add_argument("--pg-text-candidates", type=int, help="pgvector text budget (0: unbounded)")
-    q.add_argument("--pg-text-idf", action="store_true", help="pgvector: IDF-weighted ts_rank")
-    t = sub.add_parser("tune", help="fusion settings chosen on half of train, checked on the rest")
+    t = parser.add_argument_group("tune")
     t.add_argument("--kind", default="lancedb")
-    p = sub.add_parser("speed", help="query p50 per store and mode; load and index time")
-    p.add_argument("--kinds", type=lambda s: s.split(","), default=["lancedb", "pgvector"])
+    p = parser.add_argument_group("speed")
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[0, 100_000])
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--top-k", type=int, default=30, help="retrieval.top_k (the default: 30)")
-    p.add_argument("--candidates", type=int, default=0, help="fusion.candidates (default: its)")
-    p.add_argument("--pg-text-candidates", type=int, help="pgvector text budget (0: unbounded)")
-    p.add_argument("--pg-text-idf", action="store_true", help="pgvector: IDF-weighted ts_rank")
-    args = parser.parse_args()
-    global PG_TEXT_CANDIDATES
-    PG_TEXT_CANDIDATES = getattr(args, "pg_text_candidates", None)
-    global PG_TEXT_IDF
-    PG_TEXT_IDF = bool(getattr(args, "pg_text_idf", False))
-    if args.cmd == "speed":
+
+
+def run_step(cmd: str, args: argparse.Namespace) -> Any:
+    step = argparse.Namespace(**vars(args))
+    if step.kinds is None:
+        step.kinds = ["lancedb", "pgvector"] if cmd == "speed" else ["lancedb"]
+    else:
+        step.kinds = list(step.kinds)
+    if cmd == "speed":
         # size 0: the SciFact collection as ingested.
         n = len(load_cached()[0])
-        args.sizes = [s or n for s in args.sizes]
-    {"cache": cache, "quality": quality, "tune": tune, "speed": speed}[args.cmd](args)
+        step.sizes = [s or n for s in step.sizes]
+    return {"cache": cache, "quality": quality, "tune": tune, "speed": speed}[cmd](step)
 
 
-if __name__ == "__main__":
-    main()
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    global PG_TEXT_CANDIDATES, PG_TEXT_IDF
+    PG_TEXT_CANDIDATES = args.pg_text_candidates
+    PG_TEXT_IDF = bool(args.pg_text_idf)
+    if args.cmd:
+        if args.cmd == "cache" and not args.from_store:
+            need_shared(DATA / "corpus.jsonl")
+        return {args.cmd: run_step(args.cmd, args)}
+    if not args.quick:
+        raise SystemExit(f"hybrid: name a step ({', '.join(STEPS)}), or --quick")
+    need_shared(DATA / "corpus.jsonl")
+    with tempfile.TemporaryDirectory(prefix="bench-hybrid-quick-") as tmp:
+        use_results(pathlib.Path(tmp))
+        out = {step: run_step(step, args) for step in ("cache", "quality", "speed")}
+    return {"docs": args.docs, "embedder": args.embedder, **out}

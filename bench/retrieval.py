@@ -2,7 +2,10 @@
 
     .venv/bin/python -m bench run retrieval [--docs 300] [--queries 20] [--rounds 2]
                                               [--latency-ms 40] [--skip-peer] [--skip-unpacked]
-                                              [--json OUT]
+                                              [--skip-no-waves] [--context-tokens 16384]
+                                              [--workdir DIR] [--no-bytecode-cache]
+                                              [--cold-runs 3] [--no-peer-install]
+                                              [--json [OUT]] [--quick]
 
 Both systems run against the same fake System One server (bench/fake_systemone.py, a
 subprocess answering after a fixed 40 ms and counting input tokens one way for everyone), with
@@ -23,7 +26,9 @@ this environment's PYTHONDONTWRITEBYTECODE makes an editable install do). "ours,
 pipeline with packing off: the one-request-per-passage baseline the token goal refers to.
 
 The peer runs in its own venv (bench/.peer-venv, made by bench/ingest_peer.py's setup
-when missing) through a driver script written here; every system runs in fresh processes.
+when missing; `--no-peer-install`: left out with the reason instead) through a driver script
+written here; every system runs in fresh processes. `--quick`: 60 abstracts, 4 claims, one
+round, one cold query, no unpacked or no-waves run, no peer install.
 """
 
 from __future__ import annotations
@@ -44,11 +49,8 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "scifact"
-sys.path.insert(0, str(REPO / "bench"))
-
-from bench_ingest_peer import (  # noqa: E402
+from bench._common import REPO, SCIFACT, bench_cmd, need_shared
+from bench.ingest_peer import (
     PEER_VENV,
     clean_env,
     ensure_peer_venv,
@@ -57,6 +59,17 @@ from bench_ingest_peer import (  # noqa: E402
     tail,
     write_corpus,
 )
+
+DATA = SCIFACT
+QUICK = {
+    "docs": 60,
+    "queries": 4,
+    "rounds": 1,
+    "cold_runs": 1,
+    "skip_unpacked": True,
+    "skip_no_waves": True,
+    "no_peer_install": True,
+}
 
 TOP_K = 30
 CONTEXT_TOKENS = 16_384  # set from --context-tokens
@@ -113,15 +126,11 @@ def pct(values: list[float], q: float) -> float:
 class Fake:
     def __init__(self, latency_ms: float) -> None:
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(REPO / "bench" / "fake_systemone.py"),
-                "--latency-ms",
-                str(latency_ms),
-            ],
+            [sys.executable, "-m", "bench.fake_systemone", "--latency-ms", str(latency_ms)],
             stdout=subprocess.PIPE,
             text=True,
-            env=clean_env(),
+            env=clean_env({"PYTHONPATH": str(REPO)}),
+            cwd=REPO,
         )
         assert self.proc.stdout is not None
         self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
@@ -188,7 +197,6 @@ def ours_config(root: Path, corpus: Path, fake_url: str, *, packed: bool, waves:
 
 
 def ours_ingest_child(cfg: str) -> None:
-    sys.path.insert(0, str(REPO))
     from clef_pipelines.config import load_settings
     from clef_pipelines.jobs.launch import run_ingestion
 
@@ -200,7 +208,6 @@ def ours_ingest_child(cfg: str) -> None:
 
 
 def ours_warm_child(cfg: str, job: str) -> None:
-    sys.path.insert(0, str(REPO))
     from clef_pipelines.retrieval import Retriever
 
     spec = json.loads(Path(job).read_text())
@@ -304,12 +311,7 @@ def waves_summary(waves: list[list[int]]) -> dict[str, Any]:
 # --- main -----------------------------------------------------------------------------
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--_ours-ingest":
-        return ours_ingest_child(sys.argv[2])
-    if len(sys.argv) > 1 and sys.argv[1] == "--_ours-warm":
-        return ours_warm_child(sys.argv[2], sys.argv[3])
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--docs", type=int, default=300)
     parser.add_argument("--queries", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
@@ -325,7 +327,7 @@ def main() -> None:
         action="store_true",
         help="Leave out the packed run that asks about every candidate (classify.waves off).",
     )
-    parser.add_argument("--json", type=Path)
+    # --json [OUT] (also write the results to OUT) is the harness's, as before.
     parser.add_argument("--context-tokens", type=int, default=16_384, help="Request budget.")
     parser.add_argument(
         "--workdir",
@@ -339,7 +341,24 @@ def main() -> None:
         help="Cold CLI runs keep this environment's bytecode setting (here: compile the "
         "sources on every start) instead of a bytecode cache shared by both systems.",
     )
-    args = parser.parse_args()
+    parser.add_argument("--cold-runs", type=int, default=3, help="Cold CLI queries (median).")
+    parser.add_argument(
+        "--no-peer-install",
+        action="store_true",
+        help="Leave the peer out (with the reason) where its venv is missing.",
+    )
+    parser.add_argument("--_ours-ingest", metavar="CFG", help=argparse.SUPPRESS)
+    parser.add_argument("--_ours-warm", nargs=2, metavar=("CFG", "JOB"), help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args._ours_ingest:
+        ours_ingest_child(args._ours_ingest)
+        return {}
+    if args._ours_warm:
+        ours_warm_child(*args._ours_warm)
+        return {}
+    need_shared(DATA / "corpus.jsonl")
     global CONTEXT_TOKENS, BYTECODE_CACHE
     CONTEXT_TOKENS = args.context_tokens
 
@@ -369,7 +388,7 @@ def main() -> None:
             )
             n = len(queries) * args.rounds
             env = clean_env({"DAGSTER_HOME": str(root / "dagster"), "PYTHONPATH": str(REPO)})
-            me = [sys.executable, str(Path(__file__).resolve())]
+            me = bench_cmd("retrieval")
 
             cfg = ours_config(root, corpus, fake.url, packed=True, waves=True)
             done = root / "ours-ingested"
@@ -400,15 +419,19 @@ def main() -> None:
                         str(cfg),
                         "--json",
                     ]
-                    rows[-1].update(cold_runs(cli, env, root))
+                    rows[-1].update(cold_runs(cli, env, root, args.cold_runs))
                 print(rows[-1], file=sys.stderr)
 
             if not args.skip_peer:
-                problem = ensure_peer_venv(PEER_VENV, root / "peer-setup.log", "memory")
+                problem = ensure_peer_venv(
+                    PEER_VENV, root / "peer-setup.log", "memory", install=not args.no_peer_install
+                )
                 if problem:
                     rows.append({"system": "clef-rag 0.1.0", "error": problem})
                 else:
-                    rows.append(run_peer(root, corpus, queries, args.rounds, fake, n))
+                    rows.append(
+                        run_peer(root, corpus, queries, args.rounds, fake, n, args.cold_runs)
+                    )
                 print(rows[-1], file=sys.stderr)
     finally:
         fake.stop()
@@ -420,13 +443,17 @@ def main() -> None:
     )
     print(header + "\n")
     print(table(rows))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"header": header, "rows": rows}, indent=2))
+    return {"header": header, "rows": rows}
 
 
 def run_peer(
-    root: Path, corpus: Path, queries: list[str], rounds: int, fake: Fake, n: int
+    root: Path,
+    corpus: Path,
+    queries: list[str],
+    rounds: int,
+    fake: Fake,
+    n: int,
+    cold: int = 3,
 ) -> dict[str, Any]:
     model = peer_model_path(PEER_VENV)
     work = root / "peer"
@@ -499,7 +526,7 @@ def run_peer(
         "--json",
     ]
     try:
-        row.update(cold_runs(cli, env, work))
+        row.update(cold_runs(cli, env, work, cold))
     except RuntimeError as exc:
         row["cold_error"] = str(exc)[:200]
     return row
@@ -527,7 +554,3 @@ def table(rows: list[dict[str, Any]]) -> str:
             continue
         out.append("| " + " | ".join(str(r.get(k, "")) for k, _ in cols) + " |")
     return "\n".join(out)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """Another commit's `clef_pipelines`, for benchmarks that compare code side by side
 (`--compare REV,.`): each revision is extracted with `git archive` into a folder that a child
-process puts first on its import path (`--code DIR`, through PYTHONPATH: nothing here edits
-`sys.path`)."""
+process puts first on its import path (`--code DIR`, through PYTHONPATH and ``python -P``:
+nothing here edits the import path of a running process)."""
 
 from __future__ import annotations
 
