@@ -20,6 +20,7 @@ bench/README.md): such a skip fails under ``CI=true``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -27,7 +28,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -125,16 +125,19 @@ def parse(name: str, argv: list[str]) -> tuple[ModuleType, argparse.Namespace]:
     return mod, args
 
 
-@contextmanager
+@contextlib.contextmanager
 def stdout_to_stderr() -> Iterator[None]:
-    """Everything written to fd 1 (children included) goes to fd 2 meanwhile."""
+    """Everything printed, or written to fd 1 (children included), goes to stderr meanwhile."""
     sys.stdout.flush()
+    sys.stderr.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
     try:
-        yield
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
     finally:
         sys.stdout.flush()
+        sys.stderr.flush()
         os.dup2(saved, 1)
         os.close(saved)
 

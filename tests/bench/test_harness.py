@@ -5,6 +5,7 @@ imports anywhere under bench/. Runs no benchmark."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -93,3 +94,48 @@ def test_no_sys_path_edit_and_no_tests_import(path: Path) -> None:
         if isinstance(node, ast.ImportFrom) and node.module:
             assert node.module.split(".")[0] != "tests", f"{path.name}:{node.lineno}"
     assert "sys.path" not in source, path.name
+
+
+def _fake_benchmark(monkeypatch: pytest.MonkeyPatch, run) -> None:  # type: ignore[no-untyped-def]
+    import types
+
+    fake = types.ModuleType("bench._fake")
+    fake.__doc__ = "A fake benchmark."
+    fake.QUICK = {"size": 1}
+    fake.add_arguments = lambda p: p.add_argument("--size", type=int, default=10)
+    fake.run = run
+    monkeypatch.setitem(sys.modules, "bench._fake", fake)
+    monkeypatch.setattr(_common, "BENCHMARKS", (*_common.BENCHMARKS, "_fake"))
+
+
+def test_json_on_stdout_and_the_tables_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def run(args):  # type: ignore[no-untyped-def]
+        print("| a table |")
+        subprocess.run(["echo", "a child's output"], check=True)
+        return {"size": args.size}
+
+    _fake_benchmark(monkeypatch, run)
+    assert _common.run_benchmark("_fake", ["--quick", "--json"]) == 0
+    out, err = capfd.readouterr()
+    assert json.loads(out) == {"size": 1}
+    assert "| a table |" in err and "a child's output" in err
+    assert _common.run_benchmark("_fake", ["--json", str(tmp_path / "r.json")]) == 0
+    out, _ = capfd.readouterr()
+    assert "| a table |" in out
+    assert json.loads((tmp_path / "r.json").read_text()) == {"size": 10}
+
+
+def test_a_skip_is_reported_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    def run(args):  # type: ignore[no-untyped-def]
+        raise _common.Skip("no peer venv", required=False)
+
+    _fake_benchmark(monkeypatch, run)
+    monkeypatch.setenv("BENCH_STATUS_FILE", str(tmp_path / "status.json"))
+    assert _common.run_benchmark("_fake", ["--quick"]) == _common.SKIPPED
+    assert "skipped: no peer venv" in capfd.readouterr().err
+    status = json.loads((tmp_path / "status.json").read_text())
+    assert status == {"status": "skipped", "reason": "no peer venv", "required": False}
