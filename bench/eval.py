@@ -1,7 +1,7 @@
 """The whole evaluation run: SciFact train (vector), SQuAD 2.0 (abstention), injections.
 
     .venv/bin/python -m bench run eval [--data-dir DIR] [--embedder minilm|hash] [--only NAME]
-        [--no-guard] [--limit N] [--quick] [--json]
+        [--no-guard] [--limit N] [--scifact-docs N] [--quick] [--json]
 
 Each dataset runs as `clef-pipelines eval ... --json` in a child process (ingestion of the
 dataset's collection by the normal graph, then eval_job), timed, with the child's peak
@@ -12,8 +12,10 @@ The Clef rows compute only when a Clef backend is configured in the environment
 --no-guard ingests with the offline guard off (with Clef off nothing is screened): the
 injection rows' unscreened baseline. Use another --data-dir than the guarded run's.
 --limit N evaluates the first N queries of each dataset (`clef-pipelines eval --limit`; the
-corpus is still the dataset's whole corpus, except the injections' planted one). `--quick`:
-the injections dataset alone, 40 rows, hash embedder.
+corpus is still the dataset's whole corpus: SQuAD's, and the injections' SQuAD host).
+--scifact-docs N evaluates SciFact on a scratch BEIR folder: the first --limit (default 50)
+train queries, their relevant abstracts and the first N abstracts of the corpus.
+`--quick`: SciFact alone on 200 abstracts and 30 queries, hash embedder.
 """
 
 from __future__ import annotations
@@ -42,7 +44,33 @@ DATASETS = {
         "squad:" + str(DATA / "squad2" / "train-v2.0.json"),
     ],
 }
-QUICK = {"only": ["injections"], "limit": 40, "embedder": "hash"}
+QUICK = {"only": ["scifact"], "limit": 30, "scifact_docs": 200, "embedder": "hash"}
+
+
+def scifact_subset(root: Path, docs: int, queries: int) -> Path:
+    """A BEIR folder: the first ``queries`` train queries of SciFact, their relevant abstracts
+    and the first ``docs`` abstracts."""
+    src = DATA / "scifact"
+    out = root / "scifact-subset"
+    (out / "qrels").mkdir(parents=True, exist_ok=True)
+    lines = (src / "qrels" / "train.tsv").read_text().splitlines()
+    kept, qids, relevant = [lines[0]], [], set()
+    for line in lines[1:]:
+        qid, doc_id = line.split("\t")[:2]
+        if qid not in qids:
+            if len(qids) >= queries:
+                continue
+            qids.append(qid)
+        kept.append(line)
+        relevant.add(doc_id)
+    (out / "qrels" / "train.tsv").write_text("\n".join(kept) + "\n")
+    with (src / "queries.jsonl").open() as fh, (out / "queries.jsonl").open("w") as dst:
+        dst.writelines(line for line in fh if str(json.loads(line)["_id"]) in qids)
+    with (src / "corpus.jsonl").open() as fh, (out / "corpus.jsonl").open("w") as dst:
+        for n, line in enumerate(fh):
+            if n < docs or str(json.loads(line)["_id"]) in relevant:
+                dst.write(line)
+    return out
 
 
 def run_one(name: str, args: list[str], config: Path, env: dict[str, str]) -> dict:
@@ -71,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-guard", action="store_true", help="Ingest with steering.guard.mode off."
     )
     parser.add_argument("--limit", type=int, help="The first N queries of each dataset.")
+    parser.add_argument(
+        "--scifact-docs",
+        type=int,
+        default=0,
+        help="SciFact on a scratch subset: the first N abstracts (plus the relevant ones).",
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -93,8 +127,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     timings = []
     reports = {}
     limit = ["--limit", str(args.limit)] if args.limit else []
+    datasets = dict(DATASETS)
+    if args.scifact_docs:
+        subset = scifact_subset(root, args.scifact_docs, args.limit or 50)
+        datasets["scifact"] = ["beir:" + str(subset), "--split", "train"]
     for name in names:
-        result = run_one(name, [*DATASETS[name], *limit], config, env)
+        result = run_one(name, [*datasets[name], *limit], config, env)
         report = result["report"]
         md = Path(root / "state" / "evals" / name / "report.md").read_text()
         print(md)
@@ -111,6 +149,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "embedder": args.embedder,
         "guard": not args.no_guard,
+        "scifact_docs": args.scifact_docs or None,
         "timings": [
             {"dataset": n, "queries": q, "wall_s": round(s, 2), "peak_rss_mb": round(r or 0)}
             for n, s, r, q in timings

@@ -19,7 +19,7 @@ $CLEF_SHARED_DATA).
    seconds, the screen step's seconds and the embedder's seconds, and what the guard adds.
 
 The guard's quality (recall, false quarantine) is a research bench: lab/guard/bench_quality.py.
-`--quick`: 60 abstracts, one repetition, one pair.
+`--quick`: 30 abstracts, one repetition, one pair.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import yaml
 from bench._common import REPO, SCIFACT, need_shared
 
 DEMO_CORPUS = REPO / "data" / "corpus"
-QUICK = {"docs": 60, "reps": 1, "pairs": 1}
+QUICK = {"docs": 30, "reps": 1, "pairs": 1}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
