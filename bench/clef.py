@@ -39,7 +39,12 @@ import httpx
 from bench._common import REPO, Skip, child_env
 
 ROOT = REPO
-QUICK = {"requests": 16, "rounds": 1, "client_requests": 100}
+QUICK = {
+    "requests": 16,
+    "rounds": 1,
+    "client_requests": 100,
+    "out": str(REPO / "bench" / "results" / "clef-quick.json"),
+}
 
 QUESTIONS = {
     "urgent": {"type": "noul", "instructions": "Is this support request urgent?"},
