@@ -17,7 +17,13 @@ setup-test:
 	bash scripts/setup.sh all,dev
 
 lint:
-	.venv/bin/ruff check clef_pipelines tests bench && .venv/bin/ruff format --check clef_pipelines tests bench
+	.venv/bin/ruff check clef_pipelines tests bench lab && .venv/bin/ruff format --check clef_pipelines tests bench lab
+
+# Every maintained benchmark with --quick, one after another (bench/README.md): a skip (the
+# peer's venv, PostgreSQL, clef-finetune missing) is reported with its reason; missing shared
+# data fails under CI=true. `python -m bench list` names them; `python -m bench run NAME` runs one.
+bench:
+	PYTHONPATH=$(CURDIR) .venv/bin/python -m bench run --quick-all
 
 ui: setup-demo
 	.venv/bin/clef-pipelines ui --config data/demo.yaml

@@ -1,6 +1,6 @@
 """A fake System One server for benchmarks: fixed latency, valid answers, token accounting.
 
-    python bench/fake_systemone.py [--latency-ms 40]      # prints the port, then serves
+    python -m bench.fake_systemone [--latency-ms 40]      # prints the port, then serves
 
 `POST /v1/systemone` answers every question after a fixed delay (asyncio sleep, so concurrent
 requests overlap as they would against a real service; the token accounting runs in a thread

