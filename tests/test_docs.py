@@ -108,3 +108,11 @@ def test_relative_links_in_readme_and_docs_resolve():
         if not (page.parent / target).exists()
     ]
     assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
+
+
+def test_readme_and_benchmarks_stay_short():
+    # A newcomer reads the README in ten minutes; BENCHMARKS.md holds current figures only (the
+    # dated entries go to lab/NOTEBOOK.md).
+    for name, limit in (("README.md", 300), ("docs/BENCHMARKS.md", 400)):
+        lines = len((ROOT / name).read_text(encoding="utf-8").splitlines())
+        assert lines <= limit, f"{name} has {lines} lines; keep it to {limit}"
