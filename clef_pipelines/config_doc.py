@@ -97,3 +97,103 @@ def commented_yaml(model: BaseModel, indent: int = 0) -> str:
             value = value.model_dump(mode="json")
         lines += _value_lines(name, json.loads(json.dumps(value, default=str)), pad)
     return "\n".join(lines)
+
+
+# --- Markdown reference (docs/configuration.md) -------------------------------------------------
+
+MARKDOWN_COMMAND = "python -m clef_pipelines.config_doc > docs/configuration.md"
+
+
+def _type_text(annotation: Any) -> str:
+    """A short, stable name for a field's type: `int`, `str | None`, `"on" | "off"`, ..."""
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(json.dumps(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_text(a) for a in args)
+    if origin is typing.Annotated:
+        return _type_text(args[0])
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join(_type_text(a) for a in args)}]" if args else name
+    if annotation is type(None):
+        return "None"
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _rows(model: type[BaseModel], prefix: str) -> list[str]:
+    rows: list[str] = []
+    for name, field in model.model_fields.items():
+        if field.exclude:
+            continue
+        path = f"{prefix}{name}"
+        sub = _model_type(field)
+        if sub is not None and _list_item_model(field) is None:
+            rows += _rows(sub, f"{path}.")
+            continue
+        item = _list_item_model(field)
+        default = "[]" if item is not None and not field.is_required() else _default_text(field)
+        rows.append(
+            f"| `{path}` | `{_cell(_type_text(field.annotation))}` | `{_cell(default)}` "
+            f"| {_cell(_describe(field))} |"
+        )
+        if item is not None:
+            rows += _rows(item, f"{path}[].")
+    return rows
+
+
+def markdown(model: type[BaseModel] | None = None) -> str:
+    """The settings reference as Markdown: one table per top-level section, one row per setting
+    (dotted path, type, default, description), in the order the models declare them."""
+    if model is None:
+        from clef_pipelines.config import Settings
+
+        model = Settings
+    header = "| setting | type | default | description |\n|---|---|---|---|"
+    out = [
+        "# Configuration",
+        "",
+        "<!-- Generated from the pydantic settings in clef_pipelines/config.py and the models it",
+        f"     imports; do not edit. Regenerate: {MARKDOWN_COMMAND} -->",
+        "",
+        "One YAML file: `clef-pipelines.yaml` in the working directory, `$CLEF_PIPELINES_CONFIG`,",
+        "or `--config`. Every setting has a default; an unknown key is an error that names the key",
+        "and the nearest valid one. `clef-pipelines init` writes a starter file with every setting",
+        "and its meaning as a comment. A setting ending in `_env` names the environment variable",
+        "that holds a secret; the secret itself never goes in the file. `x[].y` is the field `y`",
+        "of each entry of the list `x`.",
+    ]
+    top: list[str] = []
+    sections: list[tuple[str, str, list[str]]] = []
+    for name, field in model.model_fields.items():
+        if field.exclude:
+            continue
+        sub = _model_type(field)
+        if sub is not None and _list_item_model(field) is None:
+            sections.append((name, _describe(field, sub), _rows(sub, f"{name}.")))
+        else:
+            top.append(name)
+    top_rows = [r for r in _rows(model, "") if r.split("`")[1].split("[")[0] in top]
+    out += ["", "## Top level", "", header, *top_rows]
+    for name, text, rows in sections:
+        out += ["", f"## `{name}`", ""]
+        if text:
+            out += [text, ""]
+        out += [header, *rows]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(markdown())
