@@ -329,7 +329,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise Skip(
             f"the tiny release needs {', '.join(missing)} (the `serve` extra, clef-finetune)"
         )
-    from bench._tiny_release import build_tiny_release
+    from clef_pipelines.testing.tiny_release import build_tiny_release
 
     results: dict[str, Any] = {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",

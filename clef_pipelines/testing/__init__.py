@@ -6,4 +6,8 @@ It never loads a model: use it to test and measure everything around Clef, not C
 
 `guard_weights.weights_copy` writes the guard's weights under another name or threshold: a
 new guard version, to test and measure what a guard change re-screens.
+
+`tiny_release.build_tiny_release` writes a tiny random Clef release folder (needs the `local`
+extra and the `clef-finetune` wheel for the model code): the local, `serve` and Ray backends
+load it as they load the real weights.
 """

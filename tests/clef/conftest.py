@@ -36,7 +36,7 @@ def fake() -> Iterator[FakeServer]:
 def tiny_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from tests.clef.tiny_release import build_tiny_release, vendored_model_code
+    from clef_pipelines.testing.tiny_release import build_tiny_release, vendored_model_code
 
     try:
         vendored_model_code()
