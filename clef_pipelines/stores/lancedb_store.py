@@ -151,7 +151,7 @@ def vector_index_config(
 
     IVF_HNSW_SQ (the default) with partitions of about 25,000 rows: an HNSW graph is built
     per partition, so the partition size, not the table, sets what one graph build holds.
-    Measured with ``bench/bench_vector_index.py`` over 380,000 rows of 384 dimensions
+    Measured with ``lab/bench/vector_index.py`` over 380,000 rows of 384 dimensions
     (docs/BENCHMARKS.md, "Scale"): 4 partitions of 95,000 (the earlier 100,000-row target)
     peaked at 1.20 GB in 1,112 s, 16 partitions at 1.06 GB in 839 s, recall@10 1.000 both.
     A query probes ``nprobes`` (20) partitions: every partition up to about 500,000 rows;
@@ -265,7 +265,7 @@ def index_segments(t: Any, kind: str, dimension: int, metric: str, limit: int) -
         # Hand what the segment's build freed back to the OS before the next one: glibc
         # keeps freed memory in its arenas, and the process's peak crept up segment by
         # segment (two arenas, six segments: +0.08 GB without the trim, +0.05 with it,
-        # the resident memory back to the same level after each; bench/bench_index_segments.py,
+        # the resident memory back to the same level after each; lab/bench/index_segments.py,
         # docs/BENCHMARKS.md "The ANN index in segments").
         trim_heap()
     # One commit adds the new segments (and drops the one rebuilt): the index is never
@@ -773,7 +773,7 @@ class LanceDBStore(VectorStore):
         Why: Lance's default merges the new rows into the index, rewriting it whole, and that
         merge's memory grew with the table: folding the same 100,000 rows into the full-text
         index took +0.16 GB at 379,024 rows and +0.35 GB at 1.1 million; as a delta of their
-        own +0.09 and +0.08, and the B-trees' likewise (bench/bench_index_update.py,
+        own +0.09 and +0.08, and the B-trees' likewise (lab/bench/index_update.py,
         docs/BENCHMARKS.md "Upkeep in bounded memory"). So an index is kept as deltas of about
         ``index_delta_rows`` rows, and an update rewrites one of them at most. A query searches
         every delta and Lance combines their results (full-text scores use the deltas'

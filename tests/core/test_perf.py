@@ -1,6 +1,6 @@
 """The whole SciFact corpus (5,183 abstracts) parses and chunks within the token limits.
 
-Timing lives in bench/bench_ingest.py, never in a test."""
+Timing lives in `python -m bench run ingest`, never in a test."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def test_store_opened_quickly_works_without_pandas_and_pandas_still_imports_late
 
 def test_a_query_imports_no_heavy_package_it_does_not_need(tmp_path: Path) -> None:
     """What a cold `query` imports stays lean: no torch, sentence-transformers, Dagster,
-    polars or pandas (timings are for bench/bench_cold_query.py, never for a test)."""
+    polars or pandas (timings are for `python -m bench run cold_query`, never for a test)."""
     code = textwrap.dedent(
         """
         import sys
