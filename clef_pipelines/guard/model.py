@@ -27,10 +27,10 @@ main stage 2's logit a nearest-prototype margin (``knn_margin``: how much closer
 vector is to k-means prototypes of training injection windows than to those of clean prose);
 tried and not kept, the committed weights have none (see ``lab/guard/WEIGHTS_HISTORY.md``).
 
-The weights (``guard_weights.npz`` beside this file) are trained by
-``python -m lab.guard.train``; their sources, licences and held-out figures
-are in ``MODEL_CARD.md`` (history: ``lab/guard/WEIGHTS_HISTORY.md``). ``version`` is derived from the weights file's bytes, so a
-recorded decision names exactly the weights that made it.
+The weights (``weights.npz`` beside this file) are trained by ``python -m lab.guard.train`` in
+the repository (not packaged); their sources, licences, figures and limits are in
+``MODEL_CARD.md``, their history in ``lab/guard/WEIGHTS_HISTORY.md``. ``version`` is derived
+from the weights file's bytes, so a recorded decision names exactly the weights that made it.
 """
 
 from __future__ import annotations
