@@ -241,9 +241,13 @@ def parsed_blocks(
     )
 
 
-def _check(name: str, result: tuple[bool, dict]) -> dg.AssetCheckResult:
+def _check(
+    name: str,
+    result: tuple[bool, dict],
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+) -> dg.AssetCheckResult:
     passed, facts = result
-    return dg.AssetCheckResult(check_name=name, passed=passed, metadata=facts)
+    return dg.AssetCheckResult(check_name=name, passed=passed, metadata=facts, severity=severity)
 
 
 def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
@@ -264,7 +268,14 @@ def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
             "screen_rates_within_bounds",
             "screened_paragraphs",
             "Quarantine and drop rates of the partition within steering.checks bounds.",
-        )
+        ),
+        _spec(
+            "guard_coverage",
+            "screened_paragraphs",
+            "Every screenable block had a judge: warns when the offline guard left blocks to "
+            "Clef (documents in another language, blocks with no prose) while Clef is off. "
+            "Such blocks are kept, not quarantined.",
+        ),
     ],
 )
 @redacted_failures
@@ -290,7 +301,7 @@ def screened_paragraphs(
             "guard": report.guard,
             # Which weights judged (part of each document's hash: a new guard re-screens).
             "guard_version": report.guard_version or "",
-            # Paragraphs the guard left to Clef by their document's language (guard.languages).
+            # Paragraphs the guard left to Clef: by language (guard.languages), and no-prose.
             "guard_not_judged": dg.MetadataValue.json(report.guard_not_judged),
             "judges": report.judges,
             "needs_rescreen": report.needs_rescreen,
@@ -308,7 +319,12 @@ def screened_paragraphs(
             _check(
                 "screen_rates_within_bounds",
                 checks.screen_rates_of(done.judged, settings.steering.checks),
-            )
+            ),
+            _check(
+                "guard_coverage",
+                checks.guard_coverage(report.guard_not_judged, report.clef, report.screened),
+                severity=dg.AssetCheckSeverity.WARN,
+            ),
         ],
     )
 

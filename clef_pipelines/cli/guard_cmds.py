@@ -81,7 +81,7 @@ def guard_command(
             fail(str(exc))
         finally:
             store.close()
-    report = check_texts(guard, inputs, threshold)
+    report = check_texts(guard, inputs, threshold, settings.steering.guard.languages)
     report.errors = errors
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -96,9 +96,15 @@ def guard_command(
                 console.print(f"    at ingest: {lit(_stored(finding.stored))}", soft_wrap=True)
         for error in errors:
             console.print(f"[red]error:[/] {lit(error)}", soft_wrap=True)
+        unjudged = len(report.not_judged)
         console.print(
             f"{len(report.quarantined)} of {len(report.findings)} blocks would be quarantined "
-            f"(threshold {threshold:.3f}, guard {lit(report.version)})",
+            f"(threshold {threshold:.3f}, guard {lit(report.version)})"
+            + (
+                f"; {unjudged} kept, not judged by the guard (language, no-prose)"
+                if unjudged
+                else ""
+            ),
             soft_wrap=True,
         )
     if errors:

@@ -346,11 +346,12 @@ def _screen_counts(summary: IngestSummary) -> str | None:
 
 
 def _guard_not_judged(summary: IngestSummary) -> list[tuple[str, str]]:
-    """A row when the guard left documents in other languages to Clef (guard.languages)."""
+    """A row when the guard left paragraphs to Clef: those of documents in other languages
+    (guard.languages), and those with no prose for it (`no-prose`). They are kept."""
     if not summary.guard_not_judged:
         return []
-    by_language = ", ".join(f"{lang} {n}" for lang, n in sorted(summary.guard_not_judged.items()))
-    return [("  not judged by the guard (language)", by_language)]
+    by_reason = ", ".join(f"{why} {n}" for why, n in sorted(summary.guard_not_judged.items()))
+    return [("  kept, not judged by the guard (language, no-prose)", by_reason)]
 
 
 def _clef_failures(summary: IngestSummary) -> list[str]:

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from clef_pipelines.config import SourceConfig
+from clef_pipelines.guard.language import document_languages
 from clef_pipelines.guard.model import InjectionGuard
+from clef_pipelines.guard.prose import NO_PROSE
 from clef_pipelines.parsing.loaders import iter_source_entries, load_file
 from clef_pipelines.parsing.models import Document, ParseError, is_screenable
 from clef_pipelines.parsing.parse import parse_blocks
@@ -32,6 +34,9 @@ class GuardInput:
     text: str
     #: A stored record's decision at ingest (``STORED_DECISION`` fields); None for files.
     stored: dict[str, Any] | None = None
+    #: The document the text belongs to: the language gate reads a document as a whole.
+    #: None: the text is a document of its own.
+    doc: str | None = None
 
 
 #: A stored record's fields that say how it was quarantined.
@@ -49,9 +54,19 @@ class GuardFinding:
     #: The window that scored highest (a decoded reading's shows the decoded words).
     window: str
     stored: dict[str, Any] | None = None
+    #: Why the guard did not judge the text (its document's language, or ``no-prose``), as
+    #: the screen records it; None when judged. Such a text is kept, and left to Clef.
+    not_judged: str | None = None
+
+    @property
+    def decision(self) -> str:
+        """``quarantine``, ``keep`` or ``not_judged``: what the screen's guard would do."""
+        if self.not_judged:
+            return "not_judged"
+        return "quarantine" if self.quarantine else "keep"
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "decision": self.decision}
 
 
 @dataclass
@@ -67,11 +82,16 @@ class GuardCheck:
     def quarantined(self) -> list[GuardFinding]:
         return [f for f in self.findings if f.quarantine]
 
+    @property
+    def not_judged(self) -> list[GuardFinding]:
+        return [f for f in self.findings if f.not_judged]
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "threshold": self.threshold,
-            "judged": len(self.findings),
+            "judged": len(self.findings) - len(self.not_judged),
+            "not_judged": len(self.not_judged),
             "quarantined": len(self.quarantined),
             "findings": [f.as_dict() for f in self.findings],
             "errors": self.errors,
@@ -79,18 +99,47 @@ class GuardCheck:
 
 
 def check_texts(
-    guard: InjectionGuard, inputs: Sequence[GuardInput], threshold: float
+    guard: InjectionGuard,
+    inputs: Sequence[GuardInput],
+    threshold: float,
+    languages: Sequence[str] | None = None,
 ) -> GuardCheck:
-    """Judge each input as the screen judges one block."""
+    """Judge each input as the screen judges one block: texts of a document written in a
+    language outside ``languages`` (``steering.guard.languages``; None: every language) and
+    texts with no prose (``InjectionGuard.judges``) are not judged, the rest are scored."""
     report = GuardCheck(str(guard.version), threshold)
+    skipped = _not_judged(guard, inputs, languages)
+    judged = [item for n, item in enumerate(inputs) if n not in skipped]
     # A text scores as its highest window (``InjectionGuard.score``), so the first window of
     # ``explain`` is both the score and what decided it. One call: one MiniLM pass for all.
-    for item, ranked in zip(inputs, guard.explain([i.text for i in inputs]), strict=True):
-        window, p = (ranked or [("", 0.0)])[0]
+    ranked_of = iter(guard.explain([i.text for i in judged]))
+    for n, item in enumerate(inputs):
+        if n in skipped:
+            report.findings.append(
+                GuardFinding(item.where, item.text, 0.0, False, "", item.stored, skipped[n])
+            )
+            continue
+        window, p = (next(ranked_of) or [("", 0.0)])[0]
         report.findings.append(
             GuardFinding(item.where, item.text, p, p >= threshold, window, item.stored)
         )
     return report
+
+
+def _not_judged(
+    guard: InjectionGuard, inputs: Sequence[GuardInput], languages: Sequence[str] | None
+) -> dict[int, str]:
+    """Input index -> why the guard leaves it to Clef: its document's language, else
+    ``no-prose``."""
+    out: dict[int, str] = {}
+    if languages:
+        docs = [item.doc or f"#{n}" for n, item in enumerate(inputs)]
+        langs = document_languages(docs, [item.text for item in inputs], list(languages))
+        out = {n: langs[doc].language for n, doc in enumerate(docs) if not langs[doc].judged}
+    for n, item in enumerate(inputs):
+        if n not in out and not guard.judges(item.text):
+            out[n] = NO_PROSE
+    return out
 
 
 def screenable_blocks(
@@ -120,7 +169,7 @@ def screenable_blocks(
                 if is_screenable(block.kind, block.text, kinds):
                     section = " > ".join(block.heading_path)
                     label = f"{where}, block {n}" + (f" ({section})" if section else "")
-                    texts.append(GuardInput(label, block.text))
+                    texts.append(GuardInput(label, block.text, doc=where))
     return texts, errors
 
 
@@ -155,6 +204,7 @@ def quarantined_records(
             + (f" ({r['section_path']})" if r["section_path"] else ""),
             r["text"],
             {k: r.get(k) for k in STORED_DECISION},
+            doc=f"{r['source']}/{r['doc_id']}",
         )
         for r in records
     ]

@@ -9,6 +9,9 @@ from pydantic import Field, field_validator
 
 from clef_pipelines._strict import Mode, StrictModel
 
+#: The languages the shipped guard was trained and validated on (MODEL_CARD.md).
+DEFAULT_LANGUAGES = ("en",)
+
 
 class GuardConfig(StrictModel):
     """The offline injection guard: a small classifier on MiniLM vectors, no keys needed."""
@@ -27,13 +30,17 @@ class GuardConfig(StrictModel):
         ),
     )
     languages: list[str] | None = Field(
-        None,
+        default_factory=lambda: list(DEFAULT_LANGUAGES),
         min_length=1,
         description=(
-            "Languages the guard judges (ISO 639-1, e.g. [en]); None: every document. The "
-            "guard's encoder is English: with this set, a document written in another "
-            "language (as a whole: steering.language) is left to Clef, recorded per paragraph "
-            "(`language`) and counted in the run's `guard_not_judged`."
+            "Languages the guard judges (ISO 639-1); null: every document, whatever its "
+            "language. The guard's encoder is English and flags about half of clean prose in "
+            "other languages, so by default a document written as a whole in another language "
+            "is not judged by the guard: it is kept, each paragraph recorded with its "
+            "`language`, counted in the run's `guard_not_judged` and the `guard_coverage` "
+            "check, and left to Clef's screen when Clef is on (a warning says so when it is "
+            "off). An instruction in another language planted in an English document is still "
+            "judged."
         ),
     )
 

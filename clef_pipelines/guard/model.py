@@ -48,6 +48,7 @@ import numpy as np
 from clef_pipelines.chunking.sentences import split_sentences
 from clef_pipelines.guard.deobfuscate import deobfuscated
 from clef_pipelines.guard.encoder import TUNED_PREFIX
+from clef_pipelines.guard.prose import has_prose, prose_reading
 
 WEIGHTS_PATH = Path(__file__).with_name("weights.npz")
 
@@ -145,10 +146,11 @@ def text_windows(text: str, window_words: int) -> list[str]:
 
 
 def main_windows(text: str, window_words: int, decode: bool = True) -> list[str]:
-    """``text_windows`` of the text and, when ``decode`` and an encoding hides part of it
+    """``text_windows`` of the text's prose reading (``prose.prose_reading``: inline code set
+    aside) and, when ``decode`` and an encoding hides part of the text as written
     (``deobfuscate.deobfuscated``: escapes, percent codes, base64, look-alike letters), of its
     decoded reading too: a text scores as the worse of its two readings."""
-    windows = text_windows(text, window_words)
+    windows = text_windows(prose_reading(text), window_words)
     decoded = deobfuscated(text) if decode else None
     if decoded is None:
         return windows
@@ -329,10 +331,11 @@ class InjectionGuard:
     @property
     def version(self) -> str:
         """Names exactly what scores a text: the weights, ``+decoded``: each text's decoded
-        reading is scored too (``main_windows``), and ``+backref``: a sentence that
-        ``refers_back`` is read only with the one before it (``text_windows``). Cached scores
+        reading is scored too (``main_windows``), ``+backref``: a sentence that
+        ``refers_back`` is read only with the one before it (``text_windows``), and
+        ``+prose``: inline code is set aside (``prose.prose_reading``). Cached scores
         are keyed by it, so scores from an earlier reading are not reused."""
-        return self.weights_version + "+decoded+backref"
+        return self.weights_version + "+decoded+backref+prose"
 
     @classmethod
     def from_file(cls, path: Path) -> InjectionGuard:
@@ -353,6 +356,13 @@ class InjectionGuard:
             if cls._cached is None:
                 cls._cached = cls.from_file(WEIGHTS_PATH)
             return cls._cached
+
+    def judges(self, text: str) -> bool:
+        """Whether the guard judges ``text`` at all: only text with prose in it
+        (``prose.has_prose``). The rest (a settings line, a parameter and its type, a command)
+        is outside what the guard was trained and validated on; the screen keeps it, records it
+        as not judged (``no-prose``) and leaves it to Clef."""
+        return has_prose(text)
 
     def encoder(self):  # type: ignore[no-untyped-def]
         """MiniLM with this guard's tuned top layers (``GuardEncoder``), built once."""
@@ -414,7 +424,8 @@ class InjectionGuard:
         prefix stage) and a mask of the prefix ones. ``decode=False`` leaves out the decoded
         reading, only to measure what it adds (``lab/guard/bench_obfuscation.py``)."""
         main = main_windows(text, self.window_words, decode)
-        prefixes = prefix_windows(text, self.prefix_words) if self.prefix_words else []
+        prose = prose_reading(text)
+        prefixes = prefix_windows(prose, self.prefix_words) if self.prefix_words else []
         return main + prefixes, np.array([False] * len(main) + [True] * len(prefixes))
 
     def gates(self, prefix: np.ndarray) -> np.ndarray:

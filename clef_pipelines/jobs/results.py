@@ -90,7 +90,8 @@ class IngestSummary:
     #: Paragraphs quarantined and dropped by the screen and the enrichment; None when the
     #: screen did not run.
     screened: tuple[int, int] | None
-    #: Documents per language that the guard left to Clef (`steering.guard.languages`).
+    #: Paragraphs the guard left to Clef, by their document's language
+    #: (`steering.guard.languages`) and `no-prose` (no sentence for it to judge).
     guard_not_judged: dict[str, int]
     chunks: int | None
     tokens: int | None

@@ -42,6 +42,22 @@ def screen_rates_of(actions: Mapping[str, int], bounds: ChecksConfig) -> Check:
     }
 
 
+def guard_coverage(not_judged: Mapping[str, int], clef: str, screened: int) -> Check:
+    """Whether every screenable block had a judge: the blocks the guard leaves to Clef (their
+    document is in another language, or they hold no prose: `guard_not_judged`) are judged by
+    nobody while Clef's screen is not on. They are kept, never quarantined wholesale; the
+    check says how many, and why, so that a user sees them (a warning, not an error)."""
+    left = sum(not_judged.values())
+    unjudged = left if clef != "on" else 0
+    return unjudged == 0, {
+        "screened_blocks": screened,
+        "not_judged_by_guard": dict(sorted(not_judged.items())),
+        "clef_screen": clef,
+        "kept_unjudged": unjudged,
+        "unjudged_rate": round(unjudged / screened, 4) if screened else 0.0,
+    }
+
+
 def enrichment_drop_rate(before: int, after: pl.DataFrame | int, bounds: ChecksConfig) -> Check:
     """Share of chunks the enrichment dropped, within the drop bound (`after`: the enriched
     frame, or its row count summed over a run's batches)."""

@@ -28,6 +28,7 @@ import polars as pl
 from clef_pipelines.clef.wire import ChoiceAnswer
 from clef_pipelines.config import ChunkingConfig
 from clef_pipelines.guard.language import document_languages
+from clef_pipelines.guard.prose import NO_PROSE
 from clef_pipelines.parsing.models import is_screenable
 from clef_pipelines.steering.packing import Subject
 from clef_pipelines.steering.preask import PreaskPlan, plan_preask
@@ -42,6 +43,7 @@ from clef_pipelines.steering.runtime import Steering
 log = logging.getLogger(__name__)
 
 KEEP, DROP, QUARANTINE = "keep", "drop", "quarantine"
+
 
 SCREEN_COLUMNS: dict[str, pl.DataType] = {
     "screened": pl.Boolean(),
@@ -73,7 +75,8 @@ class ScreenReport:
     clef: str = "off"  # on | shadow | off | unavailable (no backend)
     guard: str = "off"  # on | shadow | off | unavailable: <why>
     guard_version: str | None = None
-    #: Paragraphs the guard left to Clef, by their document's language (guard.languages).
+    #: Paragraphs the guard left to Clef: by their document's language (guard.languages), and
+    #: under `no-prose` those with no sentence for it to judge (`InjectionGuard.judges`).
     guard_not_judged: dict[str, int] = field(default_factory=dict)
     judges: str = "either"
     requests: int = 0
@@ -249,6 +252,13 @@ def _ask_guard(
     asked = screenable
     if cfg.guard.languages:
         asked, judged.language = _language_gate(blocks, screenable, texts, cfg.guard.languages, rep)
+    judges = getattr(guard, "judges", None)
+    if judges is not None:
+        no_prose = [i for i in asked if not judges(texts[i])]
+        if no_prose:
+            rep.guard_not_judged[NO_PROSE] = len(no_prose)
+            asked = [i for i in asked if judges(texts[i])]
+    _warn_unjudged(rep)
     scores = steering.guard_scores([texts[i] for i in asked])
     if scores is not None:
         judged.p_guard = {i: float(s) for i, s in zip(asked, scores, strict=True)}
@@ -321,15 +331,21 @@ def _language_gate(
     judged = [i for i in screenable if langs[doc_ids[i]].judged]
     left = Counter(language[i] for i in screenable if not langs[doc_ids[i]].judged)
     rep.guard_not_judged = dict(sorted(left.items()))
-    if left and rep.clef != "on":
+    return judged, language
+
+
+def _warn_unjudged(rep: ScreenReport) -> None:
+    """Blocks the guard left to Clef, said once when Clef is not on to judge them: they are
+    kept, and counted in `guard_not_judged` (by language, or `no-prose`) and the run's
+    guard-coverage check."""
+    if rep.guard_not_judged and rep.clef != "on":
         log.warning(
-            "the guard left %d paragraphs in %s to Clef, which is %s: no judge acts on them "
-            "(steering.guard.languages)",
-            sum(left.values()),
-            ", ".join(sorted(left)),
+            "the guard left %d paragraphs to Clef (%s), which is %s: they are kept unjudged "
+            "(steering.guard.languages; no-prose: code, settings or names with no sentence)",
+            sum(rep.guard_not_judged.values()),
+            ", ".join(f"{k} {v}" for k, v in sorted(rep.guard_not_judged.items())),
             rep.clef,
         )
-    return judged, language
 
 
 def _decide(

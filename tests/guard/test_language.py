@@ -65,11 +65,14 @@ def test_language_codes_are_checked_and_part_of_the_decision_hash() -> None:
         GuardConfig(languages=["English"])
     with pytest.raises(ValidationError):
         GuardConfig(languages=[])
-    unset = SteeringConfig().decision_fingerprint()
-    english = SteeringConfig(guard=GuardConfig(languages=["en"])).decision_fingerprint()
-    assert unset != english
-    # Unset, the hash is what it was before the setting existed.
-    assert unset["guard"] == ["on", None]
+    default = SteeringConfig().decision_fingerprint()
+    every = SteeringConfig(guard=GuardConfig(languages=None)).decision_fingerprint()
+    german = SteeringConfig(guard=GuardConfig(languages=["en", "de"])).decision_fingerprint()
+    assert len({str(default), str(every), str(german)}) == 3
+    # By default the guard judges English documents only (the language it was trained on).
+    assert default["guard"] == ["on", None, ["en"]]
+    # null: every language, and the hash is what it was before the setting existed.
+    assert every["guard"] == ["on", None]
 
 
 def test_without_py3langid_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,6 +45,7 @@ def test_definitions_load_with_described_grouped_assets() -> None:
     checks = {f"{k.asset_key.path[-1]}:{k.name}" for k in graph.asset_check_keys}
     assert {
         "screened_paragraphs:screen_rates_within_bounds",
+        "screened_paragraphs:guard_coverage",
         "chunks:chunks_within_max_tokens",
         "enrichments:enrichment_drop_rate_within_bounds",
         "embeddings:every_chunk_embedded",

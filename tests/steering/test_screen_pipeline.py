@@ -47,6 +47,7 @@ def test_planted_instruction_is_quarantined_alone(clef_ws: Workspace, fake: Fake
     # Every asset check ran and passed.
     assert report.checks == {
         "screened_paragraphs:screen_rates_within_bounds": True,
+        "screened_paragraphs:guard_coverage": True,
         "chunks:chunks_within_max_tokens": True,
         "enrichments:enrichment_drop_rate_within_bounds": True,
         "embeddings:every_chunk_embedded": True,

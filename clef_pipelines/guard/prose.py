@@ -1,0 +1,81 @@
+"""The prose a block holds, as the guard reads it: inline markup set aside, and whether any
+prose is left to judge.
+
+Why. The guard was trained on prose: its training paragraphs came through a filter that
+dropped text with much inline code, link markup or short lines. Technical documentation as
+ingest sees it is full of exactly that (``stream (``bool``)``, ``:py:class:`dict```,
+``CORS_ALWAYS_SEND: True``), and on it the guard read code tokens as the odd, imperative text of
+an injection: one block in ten of real READMEs was quarantined although none was addressed to an
+AI. So the guard reads a block's prose reading instead (``prose_reading``):
+
+- an inline code span, a reStructuredText role or literal that holds a short name or
+  expression (a function, a type, a path: fewer than ``SPAN_WORDS`` words) stands as the
+  neutral word ``CODE_WORD``; a span that holds a sentence keeps its words, so an instruction
+  cannot hide from the guard by being put in backticks;
+- a reStructuredText reference (```text <url>`_``, ```text`_``) keeps its text.
+
+Links, URLs and images are left as written: an exfiltration order is made of them.
+
+A block with fewer than ``MIN_WORDS`` words of letters in that reading (a settings line, a
+parameter name and its type, a command) holds no prose for the guard to judge: the screen
+records it as not judged by the guard (``no-prose``), keeps it, and Clef judges it when on.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: A code span holding fewer words than this (of letters, separated by spaces) is a name or an
+#: expression, not a sentence.
+SPAN_WORDS = 4
+#: Fewer words of letters than this in the prose reading: nothing for the guard to judge.
+MIN_WORDS = 2
+#: Why a text is not judged by the guard when it holds no prose (the screen's
+#: `guard_not_judged` key, the guard check's `not_judged`).
+NO_PROSE = "no-prose"
+#: What a code span stands as in the prose reading: a plain noun, as a reader would say it.
+CODE_WORD = "code"
+
+#: :role:`text` or :role:`text <target>` (reStructuredText, Sphinx).
+_ROLE = re.compile(r":[\w+.-]+(?::[\w+.-]+)*:`([^`]*)`")
+#: ``literal`` (reStructuredText).
+_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+#: `text <url>`_ , `text`_ , `text`__ (reStructuredText references).
+_REFERENCE = re.compile(r"`([^`]+?)`__?(?!\w)")
+#: `code` (Markdown, and reStructuredText's default role).
+_CODE = re.compile(r"`([^`\n]+)`")
+_TARGET = re.compile(r"\s*<[^<>]*>\s*$")
+_LETTERS = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
+
+
+def _words(text: str) -> list[str]:
+    """Words of letters only, in any script: a name with digits, dots or underscores is none."""
+    return [w for w in text.split() if _LETTERS.fullmatch(w.strip(".,;:!?\"'()[]{}«»“”‘’"))]
+
+
+def _reading(text: str, stand_in: str) -> str:
+    if "`" not in text:
+        return text
+
+    def span(match: re.Match[str]) -> str:
+        inner = _TARGET.sub("", match.group(1))
+        return inner if len(_words(inner)) >= SPAN_WORDS else stand_in
+
+    def reference(match: re.Match[str]) -> str:
+        return _TARGET.sub("", match.group(1))
+
+    out = _ROLE.sub(span, text)
+    out = _LITERAL.sub(span, out)
+    out = _REFERENCE.sub(reference, out)
+    return _CODE.sub(span, out)
+
+
+def prose_reading(text: str) -> str:
+    """``text`` with its inline markup set aside, as the guard reads it (module docstring)."""
+    return _reading(text, CODE_WORD)
+
+
+def has_prose(text: str) -> bool:
+    """Whether ``text`` holds at least ``MIN_WORDS`` words of letters outside its code spans:
+    else it is code, a setting or a name, not prose for the guard to judge."""
+    return len(_words(_reading(text, " "))) >= MIN_WORDS
