@@ -12,6 +12,7 @@ import pytest
 
 from lab.guard import data as guard_data
 from lab.guard.data import _doc_paragraphs
+from tests.shared_data import SHARED_DATA, need
 
 DOC = """Installing
 ==========
@@ -279,8 +280,11 @@ def test_wikipedia_sample_gives_each_article_s_running_prose_only(tmp_path) -> N
     rows = guard_data.load_wikipedia(dump)
     assert {(e.label, e.source) for e in rows} == {(0, "wikipedia")}
     assert {e.split for e in rows} == {guard_data._hash_split("wikipedia:Normandy raiders")}
-    # load_all reads the dump it is given (else gensim's, where gensim is installed).
-    assert [e for e in guard_data.load_all(wikipedia=dump) if e.source == "wikipedia"] == rows
+    # load_all reads the dump it is given (else gensim's, where gensim is installed), beside
+    # the shared labelled data (found as every test finds it: tests/shared_data.py).
+    shared = need(SHARED_DATA)
+    loaded = guard_data.load_all(shared=shared, wikipedia=dump)
+    assert [e for e in loaded if e.source == "wikipedia"] == rows
 
 
 @pytest.mark.parametrize(
