@@ -70,6 +70,25 @@ class ClefPending:
     reasons: tuple[str, ...]
 
 
+def quarantine_of(screen: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the screen quarantined (the `screened_paragraphs` metadata): how many blocks, how
+    many a release kept, per kind of document (judged and quarantined), per kind of block, the
+    highest-scoring examples (record id, document, section, shortened text, score, judge), the
+    documents with the most, and the commands that review and release them."""
+    if screen is None or "quarantined_by_kind" not in screen:
+        return None
+    review = str(screen.get("quarantine_review") or "")
+    return {
+        "quarantined": int(screen.get("quarantined") or 0),
+        "released": int(screen.get("released") or 0),
+        "by_kind": dict(screen.get("quarantined_by_kind") or {}),
+        "by_block_kind": dict(screen.get("quarantined_by_block_kind") or {}),
+        "examples": list(screen.get("quarantine_examples") or []),
+        "top_documents": list(screen.get("quarantine_top_documents") or []),
+        "review": [c for c in review.split("; ") if c],
+    }
+
+
 @dataclass(frozen=True)
 class IngestSummary:
     """One ingestion run of a source, as `ingest` reports it. Counts the run did not record
@@ -92,6 +111,8 @@ class IngestSummary:
     screened: tuple[int, int] | None
     #: Documents per language that the guard left to Clef (`steering.guard.languages`).
     guard_not_judged: dict[str, int]
+    #: The screen's quarantine of this run (`quarantine_of`); None when the screen did not run.
+    quarantine: dict[str, Any] | None
     chunks: int | None
     tokens: int | None
     embedded: int
@@ -139,6 +160,7 @@ class IngestSummary:
             settings_changed=settings_change(docs.get("settings_changed")),
             screened=screened,
             guard_not_judged=dict((screen or {}).get("guard_not_judged") or {}),
+            quarantine=quarantine_of(screen),
             chunks=chunks.get("chunks"),
             tokens=chunks.get("tokens"),
             embedded=emb.get("embedded", 0),
