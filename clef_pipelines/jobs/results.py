@@ -199,6 +199,8 @@ class SourceRunReport:
     assets: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Asset check results: "asset:check" -> passed.
     checks: dict[str, bool] = field(default_factory=dict)
+    #: Each asset check's metadata as plain values, by the same "asset:check" name.
+    check_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
     status: str = ""
 
@@ -216,7 +218,11 @@ class SourceRunReport:
                 }
             elif event.event_type_value == "ASSET_CHECK_EVALUATION":
                 check = event.event_specific_data  # type: ignore[union-attr]
-                report.checks[f"{check.asset_key.path[-1]}:{check.check_name}"] = bool(check.passed)
+                name = f"{check.asset_key.path[-1]}:{check.check_name}"
+                report.checks[name] = bool(check.passed)
+                report.check_facts[name] = {
+                    k: plain_value(v) for k, v in (check.metadata or {}).items()
+                }
             elif event.event_type_value == "STEP_FAILURE" and report.error is None:
                 report.error = root_message(event.event_specific_data.error)  # type: ignore[union-attr]
         return report
@@ -241,4 +247,5 @@ class SourceRunReport:
             "error": self.error,
             "assets": self.assets,
             "checks": self.checks,
+            "check_facts": self.check_facts,
         }
