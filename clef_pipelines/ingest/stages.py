@@ -38,7 +38,12 @@ from clef_pipelines.records import (
 from clef_pipelines.steering.clef_chunking import ClefChunker
 from clef_pipelines.steering.enrich import EnrichReport
 from clef_pipelines.steering.enrich import enrich_chunks as enrich_frame
-from clef_pipelines.steering.release import Releases, apply_releases, load_releases
+from clef_pipelines.steering.release import (
+    ReleaseFileError,
+    Releases,
+    apply_releases,
+    load_releases,
+)
 from clef_pipelines.steering.runtime import Steering
 from clef_pipelines.steering.screen import QUARANTINE, ScreenReport, screen_blocks
 
@@ -95,7 +100,20 @@ def iter_entries(
 
 
 def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
-    """A cheap change signal for the sensor: file names, sizes and modification times."""
+    """A cheap change signal for the sensor: file names, sizes and modification times, and the
+    releases of the source's documents (`steering.release`: a release or its undoing asks for
+    a run, which screens those documents again)."""
+    files = _files_fingerprint(settings, source)
+    try:
+        released = source_releases(settings, source).digests(source.name)
+    except ReleaseFileError:  # the run names the broken file; the sensor keeps ticking
+        released = {}
+    if not released:  # no releases: the signal of the files alone, as before releases
+        return files
+    return sha256_hex(files + json.dumps(sorted(released.items())))[:16]
+
+
+def _files_fingerprint(settings: Settings, source: SourceConfig) -> str:
     root = resolve_source_path(source, settings.base_dir)
     if not root.exists():
         return "missing"

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clef_pipelines.cli.main import app
+from clef_pipelines.ingest import stages
 from clef_pipelines.ingest.batches import FrameBatches
 from clef_pipelines.steering.checks import screen_rates_of
 from clef_pipelines.steering.config import ChecksConfig
@@ -105,8 +106,12 @@ def test_ingest_reports_the_quarantine_and_release_puts_the_planted_paragraph_ba
     code, out = cli(ws, "release", "--record", "no-such-id", "--record", q["id"])
     assert code == 2 and "no record no-such-id in collection 'docs'" in " ".join(out.split())
     assert not (ws.settings().data_path / "releases" / "docs.json").exists()
+    settings = ws.settings()
+    signal = stages.source_fingerprint(settings, settings.source("sample"))
     code, out = cli(ws, "release", "--collection", "docs", "--record", q["id"])
     assert code == 0, out
+    # The sensor's change signal for the source moves: it requests a run.
+    assert stages.source_fingerprint(settings, settings.source("sample")) != signal
     assert "takes effect on the next ingest of source sample" in " ".join(out.split())
     code, out = cli(ws, "release", "--list", "--json")
     assert [r["id"] for r in json.loads(out)["records"]] == [q["id"]]
