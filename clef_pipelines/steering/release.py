@@ -8,8 +8,9 @@ re-ingest. It holds
   source, document and `content_hash` (the hash of its embedded text). When that document is
   screened again, a block the judges quarantine whose text hashes the same is kept instead
   (`decision` keep, `decided_by` `release`, its scores still recorded) and is chunked with its
-  neighbours like any kept block. A block whose text changed is a new text: it is judged
-  afresh, and quarantined again if the judges say so.
+  neighbours like any kept block. A block whose text changed (or its section's heading, or
+  the document's title: they are embedded with it) is a new text: it is judged afresh, and
+  quarantined again if the judges say so.
 - documents, by source and document id: every block of them is kept, whatever it says and
   however it changes, until the release is undone. The judges' scores are still recorded.
 
@@ -237,10 +238,6 @@ def apply_releases(screened: pl.DataFrame, releases: Releases) -> tuple[pl.DataF
 
 class ReleaseError(ValueError):
     """A release names records or documents that are not there to release (or unrelease)."""
-
-
-#: The stored fields a release reads of a record.
-_RECORD_FIELDS = ("source", "doc_id", "content_hash", "section_path", "text", "quarantined")
 
 
 def _is_record_id(value: str) -> bool:
