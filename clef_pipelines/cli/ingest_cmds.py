@@ -567,6 +567,7 @@ def delete(
             _confirm_drop(collection, store.count(collection), yes)
             store.drop(collection)
             console.print(f"dropped collection {lit(collection)}")
+            _drop_releases(settings, collection)
             return
         where: dict[str, Any] = {"doc_id": {"in": list(doc)}} if doc else {}
         if source:
@@ -578,6 +579,17 @@ def delete(
             raise typer.Exit(1)
     finally:
         store.close()
+
+
+def _drop_releases(settings: Settings, collection: str) -> None:
+    """A dropped collection's releases go with it: a new collection of the name starts with
+    every block judged (`steering.release`)."""
+    from clef_pipelines.steering.release import release_path
+
+    path = release_path(settings.data_path, collection)
+    if path.exists():
+        path.unlink()
+        console.print(f"removed its releases ({lit(path)})")
 
 
 def _ui_command(home: Path, port: int) -> tuple[list[str], Path | None]:

@@ -177,6 +177,16 @@ def test_release_refuses_what_is_not_there(tmp_path: Path, monkeypatch: pytest.M
     assert code == 2 and "--record" in out
     code, out = cli(ws, "release", "--list")
     assert code == 0 and "no releases" in out
+    # A document can be released whatever it holds; dropping the collection drops its releases.
+    code, out = cli(ws, "release", "--doc", "guide.md")
+    assert code == 0 and "released document (every block)  sample/guide.md" in out, out
+    code, out = cli(ws, "release", "--doc", "guide.md")
+    assert code == 0 and "nothing new: already released" in out, out
+    released = ws.settings().data_path / "releases" / "docs.json"
+    assert released.exists()
+    code, out = cli(ws, "delete", "--collection", "docs", "--all", "--yes")
+    assert code == 0 and "removed its releases" in out, out
+    assert not released.exists()
 
 
 def test_the_quarantine_rate_bound_trips_above_two_percent() -> None:
