@@ -117,12 +117,12 @@ def test_ingest_reports_the_quarantine_and_release_puts_the_planted_paragraph_ba
     assert [r["id"] for r in json.loads(out)["records"]] == [q["id"]]
 
     # The next ingest screens that document again (no --force) and keeps the block.
-    (after,) = ws.ingest()
-    assert after.success, after.error
-    assert after.assets["source_documents"]["documents_changed"] == 1
-    screen = after.assets["screened_paragraphs"]
-    assert screen["quarantined"] == 0 and screen["released"] == 1
-    assert after.checks[RATE_CHECK] is True  # nothing quarantined in this run
+    result = CliRunner().invoke(app, ["ingest", "--json", "--config", str(ws.config_path)])
+    assert result.exit_code == 0, result.output
+    (after,) = json.loads(result.stdout)
+    assert after["assets"]["source_documents"]["documents_changed"] == 1
+    assert after["quarantine"]["quarantined"] == 0 and after["quarantine"]["released"] == 1
+    assert after["checks"][RATE_CHECK] is True  # nothing quarantined in this run
     frame = screened(ws).filter(pl.col("text").str.to_lowercase().str.contains(PLANTED))
     (row,) = frame.to_dicts()
     assert (row["decision"], row["screen_action"], row["decided_by"]) == ("keep", "keep", "release")
