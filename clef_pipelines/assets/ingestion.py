@@ -27,7 +27,7 @@ import polars as pl
 from pydantic import Field
 
 from clef_pipelines.assets.failures import redacted_failures
-from clef_pipelines.assets.metadata import failures_table, totals_metadata
+from clef_pipelines.assets.metadata import failures_table, quarantine_metadata, totals_metadata
 from clef_pipelines.ingest import batch_steps, process_memory, stages
 from clef_pipelines.ingest.batches import (
     BATCH,
@@ -60,6 +60,7 @@ from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.settings import PipelineSettings
 from clef_pipelines.resources.store import VectorStoreResource
 from clef_pipelines.steering import checks
+from clef_pipelines.steering.quarantine import review_commands
 
 GROUP = "ingestion"
 #: Prefix of every asset key of this code location (`clef/chunks`, ...).
@@ -287,9 +288,13 @@ def screened_paragraphs(
 ):  # MaterializeResult with the batches as value
     settings = pipeline_settings.settings
     out = _writer(context, settings, "screened_paragraphs")
-    done = batch_steps.screen_batches(settings, clef.client, parsed_blocks, out)
+    done = batch_steps.screen_batches(
+        settings, clef.client, parsed_blocks, out, source=context.partition_key
+    )
     report = done.report
     screened_batches = out.finish()
+    quarantine = done.quarantine.as_dict()
+    collection = settings.collection_of(settings.source(context.partition_key))
     return dg.MaterializeResult(
         value=screened_batches,
         metadata={
@@ -312,13 +317,18 @@ def screened_paragraphs(
             # Chunks whose enrichment questions were asked with the screen (steering.preask).
             "preasked_chunks": report.preasked_chunks,
             "preask_failed": report.preask_failed,
+            # What was quarantined, per kind of document, with the highest-scoring examples,
+            # and blocks a release put back (steering.release).
+            **quarantine_metadata(quarantine, review_commands(collection, context.partition_key)),
             **_batch_metadata(screened_batches),
             "seconds": report.seconds,
         },
         check_results=[
             _check(
                 "screen_rates_within_bounds",
-                checks.screen_rates_of(done.judged, settings.steering.checks),
+                checks.screen_rates_of(
+                    done.judged, settings.steering.checks, quarantine["top_documents"]
+                ),
             ),
             _check(
                 "guard_coverage",

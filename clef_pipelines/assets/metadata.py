@@ -54,3 +54,46 @@ def frame_metadata(frame: pl.DataFrame) -> dict[str, dg.MetadataValue]:
 def totals_metadata(totals: SourceTotals) -> dict[str, dg.MetadataValue]:
     """The source's records in the store: documents, retrievable chunks, quarantined, tokens."""
     return {f"store/{k}": dg.MetadataValue.int(v) for k, v in totals.as_dict().items()}
+
+
+_EXAMPLE_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("record_id", "string", description="Give it to `clef-pipelines release`."),
+        dg.TableColumn("document", "string", description="source/doc_id"),
+        dg.TableColumn("section", "string"),
+        dg.TableColumn("text", "string", description="The block's text, shortened."),
+        dg.TableColumn(
+            "score", "float", description="The higher of P(injection), P(instructs_ai)."
+        ),
+        dg.TableColumn("decided_by", "string", description="guard, clef or clef+guard."),
+    ]
+)
+
+
+def quarantine_metadata(summary: Mapping[str, object], review: list[str]) -> dict[str, object]:
+    """The screen's quarantine for the UI (`QuarantineSummary.as_dict`): the count, per kind of
+    document, the highest-scoring examples as a table, and the commands that review and
+    release them."""
+    examples = summary.get("examples") or []
+    rows = [
+        dg.TableRecord(
+            {
+                "record_id": str(e["record_id"]),
+                "document": f"{e['source']}/{e['doc_id']}",
+                "section": str(e["section"]),
+                "text": str(e["text"]),
+                "score": float(e["score"]),
+                "decided_by": str(e["decided_by"]),
+            }
+        )
+        for e in examples  # type: ignore[union-attr]
+    ]
+    return {
+        "quarantined": summary.get("quarantined", 0),
+        "released": summary.get("released", 0),
+        "quarantined_by_kind": dg.MetadataValue.json(summary.get("by_kind") or {}),
+        "quarantined_by_block_kind": dg.MetadataValue.json(summary.get("by_block_kind") or {}),
+        "quarantine_examples": dg.MetadataValue.table(rows, schema=_EXAMPLE_SCHEMA),
+        "quarantine_top_documents": dg.MetadataValue.json(summary.get("top_documents") or []),
+        "quarantine_review": "; ".join(review),
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -53,6 +54,24 @@ def lit(value: object) -> str:
     from rich.markup import escape
 
     return escape(redact(str(value)))
+
+
+#: Characters that move the cursor, recolour or rewrite a terminal, or reorder what it shows:
+#: C0 and C1 controls (ESC starts every escape sequence, CR rewrites a line), DEL, and the
+#: bidirectional overrides and isolates.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(value: object) -> str:
+    """User text (a document's words) made safe to print on a terminal: each control
+    character written as its escape (``\\x1b``, ``\\u202e``), then made literal (`lit`).
+    For text shown on one line: newlines and tabs are escaped too."""
+    return lit(_CONTROL.sub(_escaped, str(value)))
 
 
 console: Console = _LazyConsole()  # type: ignore[assignment]

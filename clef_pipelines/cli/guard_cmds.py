@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 
 from clef_pipelines.cli.app import app
-from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
+from clef_pipelines.cli.common import (
+    ConfigOption,
+    console,
+    fail,
+    lit,
+    load_cli_settings,
+    shown,
+)
 
 #: The deciding window is shown up to this many characters.
 _SHOWN = 160
@@ -86,14 +93,23 @@ def guard_command(
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
-        for finding in report.findings if show_all else report.quarantined:
+        # A stored quarantined record is listed whatever the guard now says of it (Clef may
+        # have quarantined it, or another threshold).
+        listed = [f for f in report.findings if show_all or f.quarantine or f.stored is not None]
+        for finding in listed:
             mark = "[red]quarantine[/]" if finding.quarantine else "keep"
             window = " ".join(finding.window.split())
             window = window if len(window) <= _SHOWN else window[: _SHOWN - 3] + "..."
-            console.print(f"{mark} {finding.p_injection:.3f}  {lit(finding.where)}", soft_wrap=True)
-            console.print(f"    {lit(window)}", soft_wrap=True)
+            console.print(
+                f"{mark} {finding.p_injection:.3f}  {shown(finding.where)}", soft_wrap=True
+            )
+            console.print(f"    {shown(window)}", soft_wrap=True)
             if finding.stored is not None:
-                console.print(f"    at ingest: {lit(_stored(finding.stored))}", soft_wrap=True)
+                console.print(
+                    f"    record {lit(finding.stored.get('id'))}; "
+                    f"at ingest: {lit(_stored(finding.stored))}",
+                    soft_wrap=True,
+                )
         for error in errors:
             console.print(f"[red]error:[/] {lit(error)}", soft_wrap=True)
         unjudged = len(report.not_judged)
@@ -107,6 +123,13 @@ def guard_command(
             ),
             soft_wrap=True,
         )
+        if quarantined and report.findings:
+            console.print(
+                "release a wrongly quarantined block with `clef-pipelines release "
+                f"--collection {lit(collection or settings.collection)} --record ID` "
+                "(the guard stays on)",
+                soft_wrap=True,
+            )
     if errors:
         raise typer.Exit(2)
     if report.quarantined:

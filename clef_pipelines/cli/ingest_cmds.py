@@ -24,6 +24,7 @@ from clef_pipelines.cli.common import (
     fail,
     lit,
     load_cli_settings,
+    shown,
 )
 from clef_pipelines.config import (
     DEFAULT_CONFIG_NAME,
@@ -296,7 +297,8 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
 
 def _print_reports(reports: list[SourceRunReport], as_json: bool) -> None:
     if as_json:
-        print(json.dumps([r.as_dict() for r in reports], indent=2, default=str))
+        out = [{**r.as_dict(), "quarantine": r.summary.quarantine} for r in reports]
+        print(json.dumps(out, indent=2, default=str))
         return
     for r in reports:
         s = r.summary
@@ -331,10 +333,51 @@ def _print_reports(reports: list[SourceRunReport], as_json: bool) -> None:
                 f"[red]failed[/] ({f.step}) {lit(f.doc_id)}: {lit(f.reason)}: {lit(f.error)}",
                 markup=True,
             )
+        _print_quarantine(s.quarantine)
+        for check in sorted(name for name, passed in r.checks.items() if not passed):
+            console.print(
+                f"[yellow]check failed:[/] {lit(check)} (see it in `clef-pipelines ui`)",
+                soft_wrap=True,
+            )
         for line in _clef_failures(s):
             console.print(f"[yellow]warning:[/] {lit(line)}")
         if r.error:
             console.print(f"[red]error:[/] {lit(r.error)}")
+
+
+def _print_quarantine(quarantine: dict[str, Any] | None) -> None:
+    """What the screen quarantined, per kind of document, its highest-scoring blocks, and
+    the commands that review and release them; nothing when it quarantined nothing."""
+    if not quarantine or not (quarantine["quarantined"] or quarantine["released"]):
+        return
+    kinds = ", ".join(
+        f"{shown(kind)} {n['quarantined']} of {n['judged']}"
+        for kind, n in quarantine["by_kind"].items()
+        if n["judged"]
+    )
+    judged = sum(n["judged"] for n in quarantine["by_kind"].values())
+    console.print(
+        f"[yellow]quarantined[/] {quarantine['quarantined']} of {judged} judged blocks"
+        + (f" ({kinds})" if kinds else ""),
+        soft_wrap=True,
+    )
+    if quarantine["released"]:
+        console.print(f"  kept as released: {quarantine['released']}")
+    for e in quarantine["examples"]:
+        section = f" ({shown(e['section'])})" if e["section"] else ""
+        console.print(
+            f"  {float(e['score']):.3f} by {shown(e['decided_by'] or '?')}  "
+            f"{shown(e['document'])}{section}  record {shown(e['record_id'])}",
+            soft_wrap=True,
+        )
+        console.print(f"      {shown(e['text'])}", soft_wrap=True)
+    if quarantine["quarantined"]:
+        review, release = (quarantine["review"] + ["", ""])[:2]
+        console.print(f"  review: {shown(review)}", soft_wrap=True)
+        console.print(
+            f"  release a wrongly quarantined block: {shown(release)} (the guard stays on)",
+            soft_wrap=True,
+        )
 
 
 def _screen_counts(summary: IngestSummary) -> str | None:
@@ -525,6 +568,7 @@ def delete(
             _confirm_drop(collection, store.count(collection), yes)
             store.drop(collection)
             console.print(f"dropped collection {lit(collection)}")
+            _drop_releases(settings, collection)
             return
         where: dict[str, Any] = {"doc_id": {"in": list(doc)}} if doc else {}
         if source:
@@ -536,6 +580,17 @@ def delete(
             raise typer.Exit(1)
     finally:
         store.close()
+
+
+def _drop_releases(settings: Settings, collection: str) -> None:
+    """A dropped collection's releases go with it: a new collection of the name starts with
+    every block judged (`steering.release`)."""
+    from clef_pipelines.steering.release import release_path
+
+    path = release_path(settings.data_path, collection)
+    if path.exists():
+        path.unlink()
+        console.print(f"removed its releases ({lit(path)})")
 
 
 def _ui_command(home: Path, port: int) -> tuple[list[str], Path | None]:

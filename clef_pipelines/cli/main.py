@@ -9,6 +9,7 @@ from clef_pipelines.cli import eval_cmds as _eval_cmds  # noqa: F401
 from clef_pipelines.cli import guard_cmds as _guard_cmds  # noqa: F401
 from clef_pipelines.cli import ingest_cmds as _ingest_cmds  # noqa: F401
 from clef_pipelines.cli import query_cmds as _query_cmds  # noqa: F401
+from clef_pipelines.cli import release_cmds as _release_cmds  # noqa: F401
 from clef_pipelines.cli import steering_cmds as _steering_cmds  # noqa: F401
 from clef_pipelines.cli.app import app
 

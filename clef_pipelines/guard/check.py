@@ -32,7 +32,8 @@ class GuardInput:
 
     where: str
     text: str
-    #: A stored record's decision at ingest (``STORED_DECISION`` fields); None for files.
+    #: A stored record's decision at ingest (``STORED_DECISION`` fields) and its ``id``; None
+    #: for files.
     stored: dict[str, Any] | None = None
     #: The document the text belongs to: the language gate reads a document as a whole.
     #: None: the text is a document of its own.
@@ -189,7 +190,8 @@ def quarantined_records(
     store: VectorStore, collection: str, source: str | None = None
 ) -> list[GuardInput]:
     """A collection's quarantined records (of one source, when given), with how each was
-    decided at ingest."""
+    decided at ingest and its record id (`stored["id"]`, what `clef-pipelines release`
+    takes)."""
     where: dict[str, Any] = {"quarantined": True}
     if source:
         where["source"] = source
@@ -203,7 +205,7 @@ def quarantined_records(
             f"{r['source']}/{r['doc_id']}"
             + (f" ({r['section_path']})" if r["section_path"] else ""),
             r["text"],
-            {k: r.get(k) for k in STORED_DECISION},
+            {"id": r["id"], **{k: r.get(k) for k in STORED_DECISION}},
             doc=f"{r['source']}/{r['doc_id']}",
         )
         for r in records

@@ -43,6 +43,8 @@ from clef_pipelines.steering import checks
 from clef_pipelines.steering.clef_chunking import ClefChunkingReport
 from clef_pipelines.steering.enrich import EnrichReport
 from clef_pipelines.steering.manifest import clef_enabled, steering_manifest
+from clef_pipelines.steering.quarantine import QuarantineSummary
+from clef_pipelines.steering.release import Releases
 from clef_pipelines.steering.screen import ScreenReport
 from clef_pipelines.stores.base import VectorStore
 
@@ -55,29 +57,40 @@ class ScreenSummary:
     report: ScreenReport
     actions: Counter[str]  # screen_action of every block
     judged: Counter[str]  # screen_action of the blocks a judge looked at (the rate check's input)
+    #: What was quarantined, per kind of document, with examples; released blocks counted.
+    quarantine: QuarantineSummary = field(default_factory=QuarantineSummary)
 
 
 def screen_batches(
-    settings: Settings, clef: SyncClefClient | None, blocks: FrameBatches, out: BatchWriter
+    settings: Settings,
+    clef: SyncClefClient | None,
+    blocks: FrameBatches,
+    out: BatchWriter,
+    source: str | None = None,
 ) -> ScreenSummary:
-    """The paragraph screen over every batch of parsed blocks."""
+    """The paragraph screen over every batch of parsed blocks; blocks released from the
+    quarantine (`steering.release`, the collection of `source`) are kept."""
     keys = blocks.keys()
     steering = stages.open_steering(settings, clef if keys else None)
     report: ScreenReport | None = None
     actions: Counter[str] = Counter()
     judged: Counter[str] = Counter()
+    quarantine = QuarantineSummary()
+    releases = stages.source_releases(settings, source) if source and keys else Releases()
     try:
         for key in keys:
             screened, part = stages.screen_paragraphs(blocks.read(key), steering, settings.chunking)
+            screened, released = stages.release_blocks(screened, releases, part)
             report = merge_reports(report, part)
             actions.update(screened["screen_action"].to_list())
             judged.update(checks.judged_actions(screened))
+            quarantine.add(screened, released=released)
             out.write_batch(key, screened)
         if report is None:  # nothing to screen: the report of an empty run (modes, zeros)
             _, report = stages.screen_paragraphs(pl.DataFrame(schema=stages.BLOCK_SCHEMA), steering)
     finally:
         steering.close()
-    return ScreenSummary(report=report, actions=actions, judged=judged)
+    return ScreenSummary(report=report, actions=actions, judged=judged, quarantine=quarantine)
 
 
 @dataclass

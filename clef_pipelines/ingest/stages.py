@@ -38,6 +38,12 @@ from clef_pipelines.records import (
 from clef_pipelines.steering.clef_chunking import ClefChunker
 from clef_pipelines.steering.enrich import EnrichReport
 from clef_pipelines.steering.enrich import enrich_chunks as enrich_frame
+from clef_pipelines.steering.release import (
+    ReleaseFileError,
+    Releases,
+    apply_releases,
+    load_releases,
+)
 from clef_pipelines.steering.runtime import Steering
 from clef_pipelines.steering.screen import QUARANTINE, ScreenReport, screen_blocks
 
@@ -77,6 +83,7 @@ def iter_entries(
 ) -> Iterator[EntryState]:
     """`list_entries` one entry at a time."""
     n = 0
+    released = source_releases(settings, source).digests(source.name)
     for entry in iter_source_entries(source, Path(settings.base_dir), settings.parsing):
         if n % PROGRESS_EVERY == 0:
             progress_report("list", n, 0)  # total unknown until the listing ends
@@ -86,14 +93,27 @@ def iter_entries(
                 entry.doc_id, entry.source_uri, None, str(entry.error), entry.error.reason
             )
         else:
-            yield EntryState(
-                entry.doc_id, entry.source_uri, document_hash(entry.raw_hash, fingerprint)
-            )
+            # A release of the document changes its hash: the next run screens it again.
+            mark = fingerprint + released.get(entry.doc_id, "")
+            yield EntryState(entry.doc_id, entry.source_uri, document_hash(entry.raw_hash, mark))
     progress_report("list", n, n)
 
 
 def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
-    """A cheap change signal for the sensor: file names, sizes and modification times."""
+    """A cheap change signal for the sensor: file names, sizes and modification times, and the
+    releases of the source's documents (`steering.release`: a release or its undoing asks for
+    a run, which screens those documents again)."""
+    files = _files_fingerprint(settings, source)
+    try:
+        released = source_releases(settings, source).digests(source.name)
+    except ReleaseFileError:  # the run names the broken file; the sensor keeps ticking
+        released = {}
+    if not released:  # no releases: the signal of the files alone, as before releases
+        return files
+    return sha256_hex(files + json.dumps(sorted(released.items())))[:16]
+
+
+def _files_fingerprint(settings: Settings, source: SourceConfig) -> str:
     root = resolve_source_path(source, settings.base_dir)
     if not root.exists():
         return "missing"
@@ -177,6 +197,7 @@ def _parsed_documents(
     """One pass over the source: (block rows, None) per parsed document, ([], failure) per
     document that failed, then a failure per wanted document never found."""
     total = len(wanted)
+    released = source_releases(settings, source).digests(source.name)
     entries = iter_source_entries(source, Path(settings.base_dir), settings.parsing)
     while chunk := list(itertools.islice(entries, _LOOKUP_SLICE)):
         positions = wanted.positions([e.doc_id for e in chunk])
@@ -188,7 +209,8 @@ def _parsed_documents(
                 continue  # a duplicate id is parsed once (the inventory failed it)
             if done % PROGRESS_EVERY == 0:
                 progress_report("parse", done, total)
-            yield from _parsed_entry(settings, source, entry, fingerprint)
+            mark = fingerprint + released.get(entry.doc_id, "")
+            yield from _parsed_entry(settings, source, entry, mark)
     for doc_id in wanted.missing():
         error = f"{doc_id}: vanished while parsing"
         yield [], {"doc_id": doc_id, "reason": "unreadable", "error": error}
@@ -313,6 +335,29 @@ def screen_paragraphs(
     With the collection's `chunking` settings, the enrichment's questions about the chunks
     to come ride along, naming the paragraphs' parts (`steering.preask`)."""
     return screen_blocks(blocks, steering, chunking=chunking)
+
+
+def source_releases(settings: Settings, source: SourceConfig | str) -> Releases:
+    """The releases of the collection a source feeds (`steering.release`)."""
+    cfg = settings.source(source) if isinstance(source, str) else source
+    return load_releases(settings.data_path, settings.collection_of(cfg))
+
+
+def release_blocks(
+    screened: pl.DataFrame, releases: Releases, report: ScreenReport
+) -> tuple[pl.DataFrame, int]:
+    """Keep the released blocks the screen quarantined (`steering.release.apply_releases`),
+    with the report's counts moved from quarantine to keep; returns the blocks and how many
+    were released."""
+    out, n = apply_releases(screened, releases)
+    if n:
+        report.quarantined -= n
+        report.kept += n
+        decisions = dict(report.decisions)
+        decisions[QUARANTINE] = decisions.get(QUARANTINE, 0) - n
+        decisions["keep"] = decisions.get("keep", 0) + n
+        report.decisions = {k: v for k, v in decisions.items() if v}
+    return out, n
 
 
 def _rows_by_doc(frame: pl.DataFrame) -> dict[str, list[dict]]:

@@ -70,6 +70,25 @@ class ClefPending:
     reasons: tuple[str, ...]
 
 
+def quarantine_of(screen: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the screen quarantined (the `screened_paragraphs` metadata): how many blocks, how
+    many a release kept, per kind of document (judged and quarantined), per kind of block, the
+    highest-scoring examples (record id, document, section, shortened text, score, judge), the
+    documents with the most, and the commands that review and release them."""
+    if screen is None or "quarantined_by_kind" not in screen:
+        return None
+    review = str(screen.get("quarantine_review") or "")
+    return {
+        "quarantined": int(screen.get("quarantined") or 0),
+        "released": int(screen.get("released") or 0),
+        "by_kind": dict(screen.get("quarantined_by_kind") or {}),
+        "by_block_kind": dict(screen.get("quarantined_by_block_kind") or {}),
+        "examples": list(screen.get("quarantine_examples") or []),
+        "top_documents": list(screen.get("quarantine_top_documents") or []),
+        "review": [c for c in review.split("; ") if c],
+    }
+
+
 @dataclass(frozen=True)
 class IngestSummary:
     """One ingestion run of a source, as `ingest` reports it. Counts the run did not record
@@ -93,6 +112,8 @@ class IngestSummary:
     #: Paragraphs the guard left to Clef, by their document's language
     #: (`steering.guard.languages`) and `no-prose` (no sentence for it to judge).
     guard_not_judged: dict[str, int]
+    #: The screen's quarantine of this run (`quarantine_of`); None when the screen did not run.
+    quarantine: dict[str, Any] | None
     chunks: int | None
     tokens: int | None
     embedded: int
@@ -140,6 +161,7 @@ class IngestSummary:
             settings_changed=settings_change(docs.get("settings_changed")),
             screened=screened,
             guard_not_judged=dict((screen or {}).get("guard_not_judged") or {}),
+            quarantine=quarantine_of(screen),
             chunks=chunks.get("chunks"),
             tokens=chunks.get("tokens"),
             embedded=emb.get("embedded", 0),
@@ -178,6 +200,8 @@ class SourceRunReport:
     assets: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Asset check results: "asset:check" -> passed.
     checks: dict[str, bool] = field(default_factory=dict)
+    #: Each asset check's metadata as plain values, by the same "asset:check" name.
+    check_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
     status: str = ""
 
@@ -195,7 +219,11 @@ class SourceRunReport:
                 }
             elif event.event_type_value == "ASSET_CHECK_EVALUATION":
                 check = event.event_specific_data  # type: ignore[union-attr]
-                report.checks[f"{check.asset_key.path[-1]}:{check.check_name}"] = bool(check.passed)
+                name = f"{check.asset_key.path[-1]}:{check.check_name}"
+                report.checks[name] = bool(check.passed)
+                report.check_facts[name] = {
+                    k: plain_value(v) for k, v in (check.metadata or {}).items()
+                }
             elif event.event_type_value == "STEP_FAILURE" and report.error is None:
                 report.error = root_message(event.event_specific_data.error)  # type: ignore[union-attr]
         return report
@@ -220,4 +248,5 @@ class SourceRunReport:
             "error": self.error,
             "assets": self.assets,
             "checks": self.checks,
+            "check_facts": self.check_facts,
         }

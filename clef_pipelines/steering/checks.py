@@ -5,7 +5,7 @@ The Dagster layer turns each into an `AssetCheckResult` on the asset it checks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,20 +26,32 @@ def judged_actions(screened: pl.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in judged.group_by("screen_action").len().iter_rows()}
 
 
-def screen_rates_of(actions: Mapping[str, int], bounds: ChecksConfig) -> Check:
+def screen_rates_of(
+    actions: Mapping[str, int],
+    bounds: ChecksConfig,
+    top_documents: Sequence[Mapping[str, Any]] = (),
+) -> Check:
     """Quarantine and drop rates of the judged blocks' actions (`judged_actions`, counted
-    over a run's batches) within the bounds."""
+    over a run's batches) within the bounds. `top_documents`: the documents with the most
+    quarantined blocks (`QuarantineSummary.top_documents`), named in the facts when the
+    quarantine rate is over its bound, so the failure says where to look."""
     n = sum(actions.values())
     q = actions.get("quarantine", 0) / n if n else 0.0
     d = actions.get("drop", 0) / n if n else 0.0
     passed = q <= bounds.max_quarantine_rate and d <= bounds.max_drop_rate
-    return passed, {
+    facts: dict[str, Any] = {
         "screened_blocks": n,
+        "quarantined_blocks": actions.get("quarantine", 0),
         "quarantine_rate": round(q, 4),
         "drop_rate": round(d, 4),
         "max_quarantine_rate": bounds.max_quarantine_rate,
         "max_drop_rate": bounds.max_drop_rate,
     }
+    if q > bounds.max_quarantine_rate and top_documents:
+        facts["documents_most_quarantined"] = [
+            f"{doc['source']}/{doc['doc_id']}: {doc['quarantined']}" for doc in top_documents
+        ]
+    return passed, facts
 
 
 def guard_coverage(not_judged: Mapping[str, int], clef: str, screened: int) -> Check:

@@ -199,7 +199,16 @@ class ChecksConfig(StrictModel):
     """Bounds the ingestion asset checks hold each partition's run to."""
 
     max_quarantine_rate: float = Field(
-        0.2, ge=0, le=1, description="Share of screened blocks quarantined, at most."
+        0.02,
+        ge=0,
+        le=1,
+        description=(
+            "Share of a run's screened blocks quarantined, at most. 0.02: the guard's "
+            "threshold is chosen to quarantine at most 2% of each kind of real prose (0.5 to "
+            "1.6% of technical documentation held out), so a run above it holds either an "
+            "attack campaign or a kind of document the guard misjudges; both deserve a look "
+            "(`clef-pipelines guard --quarantined`, `clef-pipelines release`)."
+        ),
     )
     max_drop_rate: float = Field(
         0.5, ge=0, le=1, description="Share of screened blocks and chunks dropped, at most."

@@ -44,9 +44,10 @@ def test_planted_instruction_is_quarantined_alone(clef_ws: Workspace, fake: Fake
     assert report.success, report.error
     screen = report.assets["screened_paragraphs"]
     assert screen["screen"] == "on" and screen["decisions"].get("quarantine") == 1
-    # Every asset check ran and passed.
+    # Every asset check ran and passed, but for the quarantine rate: the planted paragraph is
+    # 1 of 43 judged blocks, above the 2% default bound, and the check asks for a look.
     assert report.checks == {
-        "screened_paragraphs:screen_rates_within_bounds": True,
+        "screened_paragraphs:screen_rates_within_bounds": False,
         "screened_paragraphs:guard_coverage": True,
         "chunks:chunks_within_max_tokens": True,
         "enrichments:enrichment_drop_rate_within_bounds": True,
