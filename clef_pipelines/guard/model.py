@@ -359,10 +359,15 @@ class InjectionGuard:
 
     def judges(self, text: str) -> bool:
         """Whether the guard judges ``text`` at all: only text with prose in it
-        (``prose.has_prose``). The rest (a settings line, a parameter and its type, a command)
-        is outside what the guard was trained and validated on; the screen keeps it, records it
-        as not judged (``no-prose``) and leaves it to Clef."""
-        return has_prose(text)
+        (``prose.has_prose``), as written or in its decoded reading (an instruction hidden in
+        percent codes or base64 has no spaces as written). The rest (a settings line, a
+        parameter and its type, a command) is outside what the guard was trained and validated
+        on; the screen keeps it, records it as not judged (``no-prose``) and leaves it to
+        Clef."""
+        if has_prose(text):
+            return True
+        decoded = deobfuscated(text)
+        return decoded is not None and has_prose(decoded)
 
     def encoder(self):  # type: ignore[no-untyped-def]
         """MiniLM with this guard's tuned top layers (``GuardEncoder``), built once."""

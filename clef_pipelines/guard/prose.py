@@ -16,19 +16,21 @@ AI. So the guard reads a block's prose reading instead (``prose_reading``):
 
 Links, URLs and images are left as written: an exfiltration order is made of them.
 
-A block with fewer than ``MIN_WORDS`` words of letters in that reading (a settings line, a
-parameter name and its type, a command) holds no prose for the guard to judge: the screen
-records it as not judged by the guard (``no-prose``), keeps it, and Clef judges it when on.
+A block with fewer than ``MIN_WORDS`` words (``_WORD``) outside its code spans (a settings
+line, a parameter name and its type, a command) holds no prose for the guard to judge: the
+screen records it as not judged by the guard (``no-prose``), keeps it, and Clef judges it
+when on. Unless its decoded reading holds prose (``InjectionGuard.judges``): an instruction in
+percent codes or base64 has no spaces as written.
 """
 
 from __future__ import annotations
 
 import re
 
-#: A code span holding fewer words than this (of letters, separated by spaces) is a name or an
-#: expression, not a sentence.
+#: A code span holding fewer words than this (``_WORD``) is a name or an expression, not a
+#: sentence.
 SPAN_WORDS = 4
-#: Fewer words of letters than this in the prose reading: nothing for the guard to judge.
+#: Fewer words than this outside code spans: nothing for the guard to judge.
 MIN_WORDS = 2
 #: Why a text is not judged by the guard when it holds no prose (the screen's
 #: `guard_not_judged` key, the guard check's `not_judged`).
@@ -45,12 +47,15 @@ _REFERENCE = re.compile(r"`([^`]+?)`__?(?!\w)")
 #: `code` (Markdown, and reStructuredText's default role).
 _CODE = re.compile(r"`([^`\n]+)`")
 _TARGET = re.compile(r"\s*<[^<>]*>\s*$")
-_LETTERS = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
+#: A word: letters and digits with at least one letter, in any script ("True", "v2", leetspeak
+#: "1gn0r3"), an apostrophe inside allowed; a name with underscores, dots, slashes or brackets
+#: inside ("CORS_ALWAYS_SEND", "a.b()", "c++") is none.
+_WORD = re.compile(r"(?=\w*[^\W\d_])[^\W_]+(?:['’][^\W_]+)?")
 
 
 def _words(text: str) -> list[str]:
-    """Words of letters only, in any script: a name with digits, dots or underscores is none."""
-    return [w for w in text.split() if _LETTERS.fullmatch(w.strip(".,;:!?\"'()[]{}«»“”‘’"))]
+    """The words of ``text`` (``_WORD``), outer punctuation set aside."""
+    return [w for w in text.split() if _WORD.fullmatch(w.strip(".,;:!?\"'()[]{}«»“”‘’"))]
 
 
 def _reading(text: str, stand_in: str) -> str:
@@ -76,6 +81,6 @@ def prose_reading(text: str) -> str:
 
 
 def has_prose(text: str) -> bool:
-    """Whether ``text`` holds at least ``MIN_WORDS`` words of letters outside its code spans:
-    else it is code, a setting or a name, not prose for the guard to judge."""
+    """Whether ``text`` holds at least ``MIN_WORDS`` words outside its code spans: else it is
+    code, a setting or a name, not prose for the guard to judge."""
     return len(_words(_reading(text, " "))) >= MIN_WORDS
