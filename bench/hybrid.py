@@ -131,7 +131,7 @@ def dump(
     print(f"{len(rows)} chunks of {collection} -> {CHUNKS}")
     queries = [json.loads(line) for line in (DATA / "queries.jsonl").open() if line.strip()]
     embedder = make_embedder(emb_cfg or EmbedderConfig())
-    vecs = embedder.embed([q["text"] for q in queries])
+    vecs = embedder.embed_queries([q["text"] for q in queries])
     pl.DataFrame(
         {
             "query_id": [str(q["_id"]) for q in queries],

@@ -98,7 +98,7 @@ class RetrievalService:
 
     def warm(self) -> None:
         """Load the embedder (and connect Clef) before the first request."""
-        self.embedder.embed(["warm up"])
+        self.embedder.embed_queries(["warm up"])
         if self.settings.collection in self.collections():
             self.retriever().warm()
 

@@ -1,4 +1,5 @@
-"""Embedders: the offline MiniLM default, a deterministic hash embedder, OpenAI-compatible HTTP."""
+"""Embedders: the offline MiniLM default, offline multilingual e5, a deterministic hash embedder,
+OpenAI-compatible HTTP."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ def make_embedder(config) -> Embedder:  # type: ignore[no-untyped-def]
         from clef_pipelines.embedding.minilm import MiniLMEmbedder
 
         return MiniLMEmbedder(batch_size=config.batch_size)
+    if config.kind == "e5-multilingual":
+        from clef_pipelines.embedding.e5 import E5MultilingualEmbedder
+
+        return E5MultilingualEmbedder(batch_size=config.batch_size)
     if config.kind == "openai":
         from clef_pipelines.embedding.openai_compat import OpenAIEmbedder
 

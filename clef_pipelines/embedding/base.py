@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -31,14 +31,27 @@ class Embedder(ABC):
     @abstractmethod
     def _embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
+    def _embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Queries as the model wants them; models trained with a query prefix (e5's
+        "query: ") override this. By default a query is embedded like a passage."""
+        return self._embed(texts)
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed a batch; returns an (n, dimension) float32 array of unit-length rows."""
+        """Embed a batch of passages (what is stored); returns an (n, dimension) float32
+        array of unit-length rows."""
+        return self._run(self._embed, texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed a batch of search queries (what is compared with the stored passages)."""
+        return self._run(self._embed_queries, texts)
+
+    def _run(self, fn: Callable[[list[str]], np.ndarray], texts: Sequence[str]) -> np.ndarray:
         import time
 
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         started = time.perf_counter()
-        out = np.asarray(self._embed(list(texts)), dtype=np.float32)
+        out = np.asarray(fn(list(texts)), dtype=np.float32)
         self.seconds += time.perf_counter() - started
         self.calls += 1
         self.texts_embedded += len(texts)

@@ -32,13 +32,17 @@ class RayEmbedConfig(StrictModel):
 class EmbedderConfig(StrictModel):
     """Which model turns chunk texts into vectors."""
 
-    kind: Literal["minilm", "hash", "openai"] = Field(
+    kind: Literal["minilm", "e5-multilingual", "hash", "openai"] = Field(
         "minilm",
-        description="minilm (offline all-MiniLM-L6-v2), hash (tests) or openai (HTTP endpoint).",
+        description=(
+            "minilm (offline all-MiniLM-L6-v2, English), e5-multilingual (offline "
+            "multilingual-e5-small 4-bit, extra 'e5'), hash (tests) or openai (HTTP endpoint). "
+            "A collection records its embedder: query it with the same kind."
+        ),
     )
     model: str | None = Field(None, description="Model name (openai kind); fixed for the others.")
     dimension: int | None = Field(
-        None, ge=1, description="Vector size (hash, openai); minilm is 384."
+        None, ge=1, description="Vector size (hash, openai); minilm and e5-multilingual are 384."
     )
     batch_size: int = Field(64, ge=1, description="Texts per embedder call.")
     base_url: str | None = Field(None, description="OpenAI-compatible base URL (openai kind).")

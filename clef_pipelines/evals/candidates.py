@@ -120,7 +120,7 @@ def recall_candidates(
     for start in range(0, len(queries), batch_size):
         batch = queries[start : start + batch_size]
         began = time.perf_counter()
-        vectors = embedder.embed([q.text for q in batch])
+        vectors = embedder.embed_queries([q.text for q in batch])
         stats.embed_seconds += time.perf_counter() - began
         for query, vector in zip(batch, vectors, strict=True):
             began = time.perf_counter()

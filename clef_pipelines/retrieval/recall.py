@@ -84,7 +84,7 @@ def recall(
     check_manifest(store.get_manifest(collection), collection, embedder)
 
     def embed() -> list[float]:
-        return embedder.embed([query])[0].tolist()  # type: ignore[no-any-return]
+        return embedder.embed_queries([query])[0].tolist()  # type: ignore[no-any-return]
 
     # `search` embeds when it needs the vector: in hybrid mode after starting the full-text
     # leg (where the store's reads overlap), so embedding and text search run together.

@@ -188,7 +188,7 @@ class Retriever:
         prepare = getattr(self.embedder, "warm", None)
         if callable(prepare):
             prepare()
-        self.embedder.embed(["warm up"])
+        self.embedder.embed_queries(["warm up"])
         if self.clef.enabled:
             self._loop.run(self.clef.start())
         gc.collect()

@@ -54,7 +54,7 @@ def main() -> None:
     depth = max(top_k, fusion.candidates)
     with (DATA / "queries.jsonl").open() as fh:
         queries = [json.loads(line)["text"] for line in fh if line.strip()][: args.queries]
-    vectors = [embedder.embed([q])[0].tolist() for q in queries]
+    vectors = [embedder.embed_queries([q])[0].tolist() for q in queries]
     vec_hits = [store.query_refs(coll, v, top_k=depth) for v in vectors]
     text_hits = [store.text_query_refs(coll, q, top_k=depth) for q in queries]
     fused = [
@@ -71,7 +71,7 @@ def main() -> None:
         return (time.process_time() - c) / n * 1e3, (time.perf_counter() - t) / n * 1e3
 
     parts: dict[str, Callable[[int], object]] = {
-        "query embedding": lambda i: embedder.embed([queries[i]]),
+        "query embedding": lambda i: embedder.embed_queries([queries[i]]),
         f"vector leg (refs, {depth} deep)": lambda i: store.query_refs(
             coll, vectors[i], top_k=depth
         ),

@@ -129,9 +129,9 @@ def test_hybrid_recall_embeds_while_the_text_leg_runs(collection_factory: Any) -
     waited: list[bool] = []
 
     class Embedder(HashEmbedder):
-        def embed(self, texts: Sequence[str]) -> np.ndarray:
+        def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
             waited.append(started.wait(5))  # False: the text leg had not started
-            return super().embed(texts)
+            return super().embed_queries(texts)
 
     kw: dict[str, Any] = {"store": store, "collection": col.name, "top_k": 3}
     kw.update(mode="hybrid", fusion=FusionConfig(candidates=20))
