@@ -50,6 +50,7 @@ BENCHMARKS: tuple[str, ...] = (
     "api",
     "eval",
     "guard_cost",
+    "guard_quality",
     "steering",
     "clef",
 )

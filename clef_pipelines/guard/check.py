@@ -32,6 +32,10 @@ class GuardInput:
     text: str
     #: A stored record's decision at ingest (``STORED_DECISION`` fields); None for files.
     stored: dict[str, Any] | None = None
+    #: For a file's block: its kind (``paragraph``, ``list_item``...) and the document's
+    #: format (``md``, ``rst``, ``html``, ``txt``, ``pdf``...); None otherwise.
+    kind: str | None = None
+    format: str | None = None
 
 
 #: A stored record's fields that say how it was quarantined.
@@ -109,7 +113,8 @@ def screenable_blocks(
             continue
         for where, load in documents:
             try:
-                blocks = parse_blocks(load())
+                document = load()
+                blocks = parse_blocks(document)
             except ParseError as exc:
                 errors.append(str(exc))
                 continue
@@ -120,7 +125,9 @@ def screenable_blocks(
                 if is_screenable(block.kind, block.text, kinds):
                     section = " > ".join(block.heading_path)
                     label = f"{where}, block {n}" + (f" ({section})" if section else "")
-                    texts.append(GuardInput(label, block.text))
+                    texts.append(
+                        GuardInput(label, block.text, kind=block.kind, format=document.format)
+                    )
     return texts, errors
 
 
