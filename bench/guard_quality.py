@@ -733,6 +733,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cap = args.max_blocks if set_name == "tech-en" else args.max_manual_blocks
         picked, errs = select_blocks(product, chosen, cap)
         errors += errs
+        print(f"[{set_name}: {len(picked)} blocks, scoring]", file=sys.stderr, flush=True)
         rows += score(product, picked)
     results: dict[str, Any] = {
         "split": args.split,
