@@ -51,6 +51,7 @@ BENCHMARKS: tuple[str, ...] = (
     "eval",
     "guard_cost",
     "embedders",
+    "guard_quality",
     "steering",
     "clef",
 )

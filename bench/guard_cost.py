@@ -18,7 +18,7 @@ $CLEF_SHARED_DATA).
    times (the guard's weights and MiniLM loaded before any timing); the medians of wall and CPU
    seconds, the screen step's seconds and the embedder's seconds, and what the guard adds.
 
-The guard's quality (recall, false quarantine) is a research bench: lab/guard/bench_quality.py.
+The guard's quality (recall, false quarantine) on ingest's own blocks: `guard_quality`.
 `--quick`: 30 abstracts, one repetition, one pair.
 """
 

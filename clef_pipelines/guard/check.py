@@ -38,6 +38,10 @@ class GuardInput:
     #: The document the text belongs to: the language gate reads a document as a whole.
     #: None: the text is a document of its own.
     doc: str | None = None
+    #: For a file's block: its kind (``paragraph``, ``list_item``...) and the document's
+    #: format (``md``, ``rst``, ``html``, ``txt``, ``pdf``...); None otherwise.
+    kind: str | None = None
+    format: str | None = None
 
 
 #: A stored record's fields that say how it was quarantined.
@@ -159,7 +163,8 @@ def screenable_blocks(
             continue
         for where, load in documents:
             try:
-                blocks = parse_blocks(load())
+                document = load()
+                blocks = parse_blocks(document)
             except ParseError as exc:
                 errors.append(str(exc))
                 continue
@@ -170,7 +175,11 @@ def screenable_blocks(
                 if is_screenable(block.kind, block.text, kinds):
                     section = " > ".join(block.heading_path)
                     label = f"{where}, block {n}" + (f" ({section})" if section else "")
-                    texts.append(GuardInput(label, block.text, doc=where))
+                    texts.append(
+                        GuardInput(
+                            label, block.text, doc=where, kind=block.kind, format=document.format
+                        )
+                    )
     return texts, errors
 
 
