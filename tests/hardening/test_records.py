@@ -40,11 +40,11 @@ from clef_pipelines.ingest.documents import (
 from clef_pipelines.ingest.metadata import stored_field_types
 from clef_pipelines.ingest.sync import embed_chunks, sync_source
 from clef_pipelines.parsing import load_file, parse_document
-from clef_pipelines.parsing.archive import check_zip
 from clef_pipelines.parsing.docx import parse_docx
 from clef_pipelines.parsing.loaders import iter_source_entries
 from clef_pipelines.parsing.models import ParseError
 from clef_pipelines.stores import open_store
+from tests.hardening.test_inputs import _cli
 from tests.ingest.conftest import make_workspace
 
 runner = CliRunner()
@@ -346,12 +346,23 @@ def test_a_docx_bomb_fails_alone_as_too_large_quickly(
     (ws.corpus / "fine.docx").write_bytes(
         _docx("<w:p><w:r><w:t>Rotate the API key every month.</w:t></w:r></w:p>")
     )
+    # The issue's `inspect`, in a child process: a parser that inflates the bomb fails the
+    # test on the timeout instead of hanging the suite.
+    out = _cli(
+        "inspect",
+        str(ws.corpus / "bomb.docx"),
+        "--config",
+        str(ws.config_path),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "parsing.max_unpacked_bytes (64000000)" in out.stdout + out.stderr
     start = time.monotonic()
     with pytest.raises(ParseError) as info:
         parse_document(load_file(ws.corpus / "bomb.docx"))
     assert time.monotonic() - start < 5
     assert info.value.reason == "too_large"
-    assert "parsing.max_unpacked_bytes (64000000)" in str(info.value)
 
     (report,) = ws.ingest()
     assert report.success, report.error
@@ -363,6 +374,8 @@ def test_a_docx_bomb_fails_alone_as_too_large_quickly(
 
 
 def test_archive_limits_are_settings_and_a_lying_directory_is_caught(tmp_path: Path) -> None:
+    from clef_pipelines.parsing.archive import check_zip
+
     data = _docx(_PARA, repeat=1000, extra_entries=20)
     with pytest.raises(ParseError) as info:
         check_zip(data, "x.docx", max_unpacked_bytes=10**9, max_entries=10)
@@ -390,9 +403,30 @@ def test_archive_limits_are_settings_and_a_lying_directory_is_caught(tmp_path: P
     assert info.value.reason == "too_large" and "(1000)" in str(info.value)
 
 
-def test_a_docx_of_many_tiny_paragraphs_parses_in_linear_time() -> None:
-    heading = '<w:p><w:pPr><w:pStyle w:val="Title"/></w:pPr><w:r><w:t>Top</w:t></w:r></w:p>'
-    data = _docx(heading + _PARA * 50_000)
-    blocks = parse_docx(data, "many.docx")
+def test_a_docx_of_many_tiny_paragraphs_parses_in_linear_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import docx
+    from docx.text.paragraph import Paragraph
+
+    made = docx.Document()  # python-docx's template: real styles to resolve
+    made.add_heading("Top", 1)
+    buf = io.BytesIO()
+    made.save(buf)
+    out = io.BytesIO()
+    with zipfile.ZipFile(buf) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "word/document.xml":
+                data = data.replace(b"</w:p>", b"</w:p>" + _PARA.encode() * 50_000, 1)
+            dst.writestr(info, data)
+
+    def per_paragraph_lookup(self: Any) -> None:  # two XPath queries a paragraph
+        raise AssertionError("Paragraph.style looked up per paragraph")
+
+    monkeypatch.setattr(Paragraph, "style", property(per_paragraph_lookup))
+    blocks = parse_docx(out.getvalue(), "many.docx")
     assert len(blocks) == 50_001
-    assert blocks[-1].text == "a" and blocks[-1].char_start == blocks[-2].char_end + 2
+    assert (blocks[0].kind, blocks[0].level, blocks[0].text) == ("heading", 1, "Top")
+    assert blocks[-1].text == "a" and blocks[-1].heading_path == ["Top"]
+    assert blocks[-1].char_start == blocks[-2].char_end + 2
