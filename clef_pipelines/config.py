@@ -89,6 +89,15 @@ class ParsingConfig(StrictModel):
     """How files are read and parsed into blocks."""
 
     max_file_bytes: int = Field(20_000_000, ge=1, description="Larger files fail with 'oversize'.")
+    max_unpacked_bytes: int = Field(
+        64_000_000,
+        ge=1,
+        description="An archive (.docx) unpacking to more bytes fails with 'too_large' "
+        "(checked on its directory and while unpacking, before it is parsed).",
+    )
+    max_archive_entries: int = Field(
+        10_000, ge=1, description="An archive (.docx) with more entries fails with 'too_large'."
+    )
     encodings: list[str] = Field(
         default_factory=lambda: ["utf-8"],
         min_length=1,

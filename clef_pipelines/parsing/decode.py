@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from clef_pipelines.parsing.models import ParseError
+from clef_pipelines.parsing.models import ErrorReason, ParseError
 
 # Bytes that never occur in text (controls other than tab, newlines, form feed, escape).
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 12, 13, 27))
@@ -39,15 +39,44 @@ def decode_text(raw: bytes, encodings: Sequence[str], name: str) -> str:
         text = text.removeprefix("\ufeff")
         if not text.strip():
             raise ParseError("empty", f"{name}: the document holds only whitespace")
+        # Past the sniffed head too: no store keeps a NUL (PostgreSQL refuses it in text).
+        pos = text.find("\x00")
+        if pos >= 0:
+            raise ParseError(
+                "binary", f"{name}: the text holds a NUL character (U+0000) at position {pos}"
+            )
         return text
     tried = ", ".join(encodings)
     raise ParseError("encoding", f"{name}: cannot be decoded with {tried} ({'; '.join(errors)})")
 
 
-def check_text(text: str, name: str) -> str:
-    """The same checks for text that arrives already decoded (a JSONL field)."""
+def check_text(text: str, name: str, field: str = "text") -> str:
+    """The same checks for text that arrives already decoded (a JSONL field): not empty, no
+    NUL (reason `binary`, as for a file) and no lone surrogate (`invalid_text`) anywhere."""
     if not text.strip():
         raise ParseError("empty", f"{name}: the document text is empty")
-    if "\x00" in text[:_SNIFF]:
-        raise ParseError("binary", f"{name}: the text holds NUL characters")
+    check_string(text, name, f"field {field!r}", nul_reason="binary")
     return text
+
+
+def check_string(
+    value: str, name: str, what: str, *, nul_reason: ErrorReason = "invalid_text"
+) -> str:
+    """Refuse a string no store can hold as it is: a lone surrogate (UTF-8 cannot encode it:
+    not Parquet, LanceDB, Qdrant's JSON nor PostgreSQL) and NUL (PostgreSQL's text cannot hold
+    it; refused in every store so that a source gives the same result in each). The error
+    names `what` (e.g. ``field 'id'``) and the position; other control characters are kept."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(value[exc.start])
+        raise ParseError(
+            "invalid_text",
+            f"{name}: {what} holds a lone surrogate (U+{code:04X}) at position {exc.start}",
+        ) from None
+    pos = value.find("\x00")
+    if pos >= 0:
+        raise ParseError(
+            nul_reason, f"{name}: {what} holds a NUL character (U+0000) at position {pos}"
+        )
+    return value

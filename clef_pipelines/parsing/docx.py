@@ -13,6 +13,11 @@ import re
 import zipfile
 from typing import Any
 
+from clef_pipelines.parsing.archive import (
+    DEFAULT_MAX_ARCHIVE_ENTRIES,
+    DEFAULT_MAX_UNPACKED_BYTES,
+    check_zip,
+)
 from clef_pipelines.parsing.builder import BlockBuilder
 from clef_pipelines.parsing.models import Block, BlockKind, ParseError
 
@@ -46,32 +51,85 @@ def _table_text(table: Any) -> str:
     return "\n".join(lines)
 
 
-def parse_docx(data: bytes, name: str) -> list[Block]:
+def _paragraph_styles(document: Any) -> tuple[dict[str, str], str]:
+    """Paragraph style id -> name, and the default paragraph style's name, read once: what
+    python-docx's `Paragraph.style` finds with two XPath queries per paragraph."""
+    from docx.enum.style import WD_STYLE_TYPE
+
+    names: dict[str, str] = {}
+    for style in document.styles:
+        if style.type == WD_STYLE_TYPE.PARAGRAPH and style.style_id is not None:
+            names.setdefault(style.style_id, style.name or "")
+    default = document.styles.default(WD_STYLE_TYPE.PARAGRAPH)
+    return names, (default.name or "") if default is not None else ""
+
+
+def _w(tag: str) -> str:
+    return f"{{{_W_NS}}}{tag}"
+
+
+_W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+_P, _TBL, _R, _HYPERLINK = _w("p"), _w("tbl"), _w("r"), _w("hyperlink")
+_PPR, _PSTYLE, _VAL = _w("pPr"), _w("pStyle"), _w("val")
+#: What `CT_R.text` joins (python-docx's element classes give each its text with `str`).
+_RUN_PARTS = frozenset(_w(t) for t in ("br", "cr", "noBreakHyphen", "ptab", "t", "tab"))
+
+
+def _run_text(run: Any) -> str:
+    return "".join(str(e) for e in run if e.tag in _RUN_PARTS)
+
+
+def _paragraph_text(p: Any) -> str:
+    """`Paragraph.text` (runs and hyperlinks' runs, in order) in one pass over the children."""
+    parts: list[str] = []
+    for child in p:
+        if child.tag == _R:
+            parts.append(_run_text(child))
+        elif child.tag == _HYPERLINK:
+            parts.extend(_run_text(r) for r in child if r.tag == _R)
+    return "".join(parts)
+
+
+def _style_id(p: Any) -> str | None:
+    ppr = p.find(_PPR)
+    style = ppr.find(_PSTYLE) if ppr is not None else None
+    return style.get(_VAL) if style is not None else None
+
+
+def parse_docx(
+    data: bytes,
+    name: str,
+    *,
+    max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES,
+    max_entries: int = DEFAULT_MAX_ARCHIVE_ENTRIES,
+) -> list[Block]:
+    """Blocks of a DOCX; ParseError `too_large` when it unpacks past the limits (checked on
+    the zip's directory and on the decompressed bytes before python-docx reads a part)."""
     try:
         import docx
         from docx.table import Table
-        from docx.text.paragraph import Paragraph
     except ImportError:
         raise ParseError(
             "unsupported", f"{name}: DOCX support is not installed; install clef-pipelines[docx]"
         ) from None
+    check_zip(data, name, max_unpacked_bytes=max_unpacked_bytes, max_entries=max_entries)
     try:
         document = docx.Document(io.BytesIO(data))
     except (zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise ParseError("malformed", f"{name}: not a readable DOCX ({exc})") from exc
 
+    styles, default_style = _paragraph_styles(document)
     items: list[tuple[BlockKind, int, str]] = []
     body = document.element.body
     for el in body.iterchildren():
-        tag = el.tag.rsplit("}", 1)[-1]
-        if tag == "p":
-            para = Paragraph(el, document)
-            text = para.text.strip()
+        if el.tag == _P:
+            text = _paragraph_text(el).strip()
             if text:
-                style = para.style.name if para.style is not None else ""
-                kind, level = _style_kind(style or "")
+                sid = _style_id(el)
+                style = styles.get(sid, default_style) if sid is not None else default_style
+                kind, level = _style_kind(style)
                 items.append((kind, level, text))
-        elif tag == "tbl":
+        elif el.tag == _TBL:
             text = _table_text(Table(el, document))
             if text.strip():
                 items.append(("table", 0, text))

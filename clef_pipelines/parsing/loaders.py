@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clef_pipelines.config import ParsingConfig, SourceConfig
-from clef_pipelines.parsing.decode import check_text, decode_text
+from clef_pipelines.parsing.decode import check_string, check_text, decode_text
 from clef_pipelines.parsing.globs import matches
 from clef_pipelines.parsing.models import (
     TEXT_FORMATS,
@@ -168,6 +168,11 @@ def _file_entry(
     def failed(err: ParseError) -> SourceEntry:
         return SourceEntry(source, rel, uri, fmt, None, err)
 
+    try:  # a file name that is not UTF-8 (its bytes arrive as lone surrogates) is no id
+        check_string(rel, "a file", f"the path {ascii(rel)}")
+    except ParseError as exc:
+        rel = rel.encode("utf-8", "backslashreplace").decode("utf-8")  # the failure's id
+        return failed(exc)
     if fmt is None:
         return failed(
             ParseError(
@@ -210,6 +215,7 @@ def _file_entry(
             format=fmt,
             metadata={"path": rel},
             raw_hash=sha256_hex(data),
+            archive_limits=(parsing_cfg.max_unpacked_bytes, parsing_cfg.max_archive_entries),
         )
         doc.title = _first_heading(doc) or full.stem
         return doc
@@ -235,12 +241,16 @@ def _metadata(raw: Any, where: str) -> dict[str, MetaValue]:
         raise ParseError("malformed", f"{where}: 'metadata' must be an object")
     out: dict[str, MetaValue] = {}
     for k, v in raw.items():
+        key = str(k)
+        check_string(key, where, f"metadata key {key!r}")
         if v is None:
             continue
         if isinstance(v, str | int | float | bool):
-            out[str(k)] = v
-        else:  # lists and objects are kept, as JSON text
-            out[str(k)] = json.dumps(v, ensure_ascii=False, sort_keys=True)
+            out[key] = v
+        else:  # lists and objects are kept, as JSON text (which escapes NUL as \u0000)
+            out[key] = json.dumps(v, ensure_ascii=False, sort_keys=True)
+        if isinstance(out[key], str):
+            check_string(out[key], where, f"field {'metadata.' + key!r}")
     return out
 
 
@@ -292,6 +302,10 @@ def _jsonl_entry(
     if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
         return failed(ParseError("malformed", f"{where}: no 'id' or '_id' field"))
     doc_id = str(raw_id)
+    try:  # an id no store can hold fails under the line's own id (`records.jsonl#L3`)
+        check_string(doc_id, where, f"field {'id' if 'id' in record else '_id'!r}")
+    except ParseError as exc:
+        return failed(exc)
     uri = f"{file_uri}#{doc_id}"
     if doc_id in seen:
         return failed(ParseError("malformed", f"{where}: duplicate id {doc_id!r}"), doc_id)
@@ -306,15 +320,18 @@ def _jsonl_entry(
             ParseError("unsupported", f"{where}: format {fmt!r} not one of {_RECORD_FORMATS}"),
             doc_id,
         )
+    title = record.get("title")
+    title = title if isinstance(title, str) else ""
     try:
-        metadata = _metadata(record.get("metadata"), where)
         check_text(text, where)
+        title = check_string(title, where, "field 'title'").strip()
+        metadata = _metadata(record.get("metadata"), where)
     except ParseError as exc:
         return failed(exc, doc_id)
-    title = record.get("title")
-    title = title.strip() if isinstance(title, str) else ""
     canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    digest = sha256_hex(canonical)
+    # surrogatepass: a lone surrogate in a field that is not kept (any other key) still hashes;
+    # every other string encodes as plain UTF-8, so hashes stay those of earlier versions.
+    digest = sha256_hex(canonical.encode("utf-8", "surrogatepass"))
 
     def load(_override: ParsingConfig | None) -> Document:
         doc = Document(

@@ -21,6 +21,8 @@ ErrorReason = Literal[
     "unsupported",
     "outside_source",
     "metadata",
+    "invalid_text",
+    "too_large",
 ]
 MetaValue = str | int | float | bool
 
@@ -64,6 +66,9 @@ class Document:
     raw_hash: str = ""
     # Blocks parsed while loading (to find the title), reused by `parse_document`.
     _blocks: list[Block] | None = field(default=None, repr=False, compare=False)
+    #: (parsing.max_unpacked_bytes, parsing.max_archive_entries) for an archive (docx); None:
+    #: the defaults.
+    archive_limits: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def text(self) -> str:

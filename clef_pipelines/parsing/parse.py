@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from clef_pipelines.config import ParsingConfig
+from clef_pipelines.parsing.decode import check_string
 from clef_pipelines.parsing.models import Block, Document, ParseError, SourceEntry
 
 
@@ -13,10 +14,14 @@ def _parse(doc: Document) -> list[Block]:
         if fmt == "pdf":
             from clef_pipelines.parsing.pdf import parse_pdf
 
-            return parse_pdf(data, doc.source_uri)
+            limit = doc.archive_limits[0] if doc.archive_limits is not None else None
+            return parse_pdf(data, doc.source_uri, limit)
         from clef_pipelines.parsing.docx import parse_docx
 
-        return parse_docx(data, doc.source_uri)
+        if doc.archive_limits is None:
+            return parse_docx(data, doc.source_uri)
+        unpacked, entries = doc.archive_limits
+        return parse_docx(data, doc.source_uri, max_unpacked_bytes=unpacked, max_entries=entries)
     text = doc.text
     if fmt == "md":
         from clef_pipelines.parsing.markdown import parse_markdown
@@ -53,6 +58,8 @@ def parse_blocks(doc: Document) -> list[Block]:
         ) from exc
     if not blocks:
         raise ParseError("empty", f"{doc.source_uri}: no text content after parsing")
+    for block in blocks:  # what a parser extracted (a PDF's text) must be storable too
+        check_string(block.text, doc.source_uri, "the extracted text", nul_reason="binary")
     doc._blocks = blocks
     return blocks
 

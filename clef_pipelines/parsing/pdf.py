@@ -13,10 +13,12 @@ from clef_pipelines.parsing.models import Block, ParseError
 from clef_pipelines.parsing.text import parse_text
 
 
-def extract_pdf_text(data: bytes, name: str) -> str:
+def extract_pdf_text(data: bytes, name: str, max_text_bytes: int | None = None) -> str:
+    """The pages' text joined; ParseError `too_large` when a stream inflates past pypdf's own
+    limits or the text passes `max_text_bytes` (`parsing.max_unpacked_bytes`)."""
     try:
         from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
+        from pypdf.errors import LimitReachedError, PdfReadError
     except ImportError:
         raise ParseError(
             "unsupported", f"{name}: PDF support is not installed; install clef-pipelines[pdf]"
@@ -25,9 +27,22 @@ def extract_pdf_text(data: bytes, name: str) -> str:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             raise ParseError("unreadable", f"{name}: the PDF is encrypted")
-        pages = [(page.extract_text() or "").strip() for page in reader.pages]
+        pages: list[str] = []
+        size = 0
+        for page in reader.pages:
+            pages.append((page.extract_text() or "").strip())
+            size += len(pages[-1])
+            if max_text_bytes is not None and size > max_text_bytes:
+                raise ParseError(
+                    "too_large",
+                    f"{name}: its text passes parsing.max_unpacked_bytes ({max_text_bytes})",
+                )
     except ParseError:
         raise
+    except LimitReachedError as exc:
+        raise ParseError(
+            "too_large", f"{name}: a stream inflates past pypdf's limit ({exc})"
+        ) from exc
     except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
         raise ParseError("malformed", f"{name}: not a readable PDF ({exc})") from exc
     text = "\n\n".join(p for p in pages if p)
@@ -36,5 +51,5 @@ def extract_pdf_text(data: bytes, name: str) -> str:
     return text
 
 
-def parse_pdf(data: bytes, name: str) -> list[Block]:
-    return parse_text(extract_pdf_text(data, name))
+def parse_pdf(data: bytes, name: str, max_text_bytes: int | None = None) -> list[Block]:
+    return parse_text(extract_pdf_text(data, name, max_text_bytes))
