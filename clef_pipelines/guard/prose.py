@@ -12,7 +12,9 @@ AI. So the guard reads a block's prose reading instead (``prose_reading``):
   expression (a function, a type, a path: fewer than ``SPAN_WORDS`` words) stands as the
   neutral word ``CODE_WORD``; a span that holds a sentence keeps its words, so an instruction
   cannot hide from the guard by being put in backticks;
-- a reStructuredText reference (```text <url>`_``, ```text`_``) keeps its text.
+- a reStructuredText reference (```text <url>`_``, ```text`_``) keeps its text;
+- a table (Markdown, reStructuredText grid, HTML as the parser renders it) is read cell by
+  cell, each cell a sentence of its own, its rules dropped.
 
 Links, URLs and images are left as written: an exfiltration order is made of them.
 
@@ -47,6 +49,8 @@ _REFERENCE = re.compile(r"`([^`]+?)`__?(?!\w)")
 #: `code` (Markdown, and reStructuredText's default role).
 _CODE = re.compile(r"`([^`\n]+)`")
 _TARGET = re.compile(r"\s*<[^<>]*>\s*$")
+#: A table's rule line: pipes, dashes, pluses, equals signs, colons and spaces only.
+_RULE = re.compile(r"[|+\-=:\s]+")
 #: A word: letters and digits with at least one letter, in any script ("True", "v2", leetspeak
 #: "1gn0r3"), an apostrophe inside allowed; a name with underscores, dots, slashes or brackets
 #: inside ("CORS_ALWAYS_SEND", "a.b()", "c++") is none.
@@ -75,12 +79,30 @@ def _reading(text: str, stand_in: str) -> str:
     return _CODE.sub(span, out)
 
 
+def _table_cells(text: str) -> str | None:
+    """A table's cells as sentences of their own (``None`` when ``text`` is no table): the
+    rows of a Markdown, reStructuredText grid or HTML table (``| a | b |``, ``+---+``) with
+    the rules dropped and each cell ended as a sentence, so that the guard reads a cell as a
+    reader does, not a run of pipes and dashes, and a planted cell stays its own window."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) < 2 or sum(line[0] in "|+" for line in lines) < len(lines) * 0.8:
+        return None
+    cells = [
+        cell.strip()
+        for line in lines
+        if not _RULE.fullmatch(line)
+        for cell in line.strip("|").split("|")
+        if cell.strip()
+    ]
+    return " ".join(c if c[-1] in ".!?:;" else c + "." for c in cells)
+
+
 def prose_reading(text: str) -> str:
     """``text`` with its inline markup set aside, as the guard reads it (module docstring)."""
-    return _reading(text, CODE_WORD)
+    return _reading(_table_cells(text) or text, CODE_WORD)
 
 
 def has_prose(text: str) -> bool:
     """Whether ``text`` holds at least ``MIN_WORDS`` words outside its code spans: else it is
     code, a setting or a name, not prose for the guard to judge."""
-    return len(_words(_reading(text, " "))) >= MIN_WORDS
+    return len(_words(_reading(_table_cells(text) or text, " "))) >= MIN_WORDS

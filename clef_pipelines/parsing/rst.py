@@ -17,6 +17,8 @@ from clef_pipelines.parsing.builder import BlockBuilder
 from clef_pipelines.parsing.lines import LineIndex
 from clef_pipelines.parsing.models import Block
 
+#: The first line of a doctest block (an interactive Python session): code, not prose.
+_DOCTEST = re.compile(r"^\s*>>>(?:\s|$)")
 _ADORN = re.compile(r"^([!-/:-@\[-`{-~])\1{2,}\s*$")
 _DIRECTIVE = re.compile(r"^\.\.\s+([A-Za-z][\w:+-]*)::(.*)$")
 _COMMENT = re.compile(r"^\.\.(?:\s|$)")
@@ -90,9 +92,11 @@ class _Reader:
         return self.unindented(i) if after_title is None else after_title
 
     def indented(self, i: int) -> int:
-        # Indented text after a paragraph ending in "::" is a literal (code) block.
+        # Indented text after a paragraph ending in "::" is a literal (code) block, and so is
+        # an interactive session (a doctest block: its first line starts with ">>>").
         end = self.indented_block(i)
-        self.add_lines("code" if self.literal_next else "quote", i, end)
+        code = self.literal_next or _DOCTEST.match(self.lines[i]) is not None
+        self.add_lines("code" if code else "quote", i, end)
         self.literal_next = False
         return end
 
@@ -154,6 +158,9 @@ class _Reader:
         while end < n and lines[end].strip() and not (end > i and _indent(lines[end]) > 0):
             end += 1
         text = "\n".join(lines[i:end]).strip()
+        if _DOCTEST.match(lines[i]):  # a doctest block: code, as docutils reads it
+            self.add_lines("code", i, end)
+            return end
         if text.endswith("::"):
             self.literal_next = True
             text = text[:-3].rstrip() if text.endswith(" ::") or text == "::" else text[:-1]

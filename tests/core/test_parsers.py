@@ -301,3 +301,22 @@ def test_html_wrapper_with_boilerplate_word_keeps_content() -> None:
 @pytest.mark.parametrize("parse", [parse_markdown, parse_text, parse_rst, parse_html])
 def test_blank_input_gives_no_blocks(parse) -> None:  # type: ignore[no-untyped-def]
     assert parse("\n  \n") == []
+
+
+def test_rst_doctest_blocks_are_code_not_quotes() -> None:
+    """An interactive session (first line `>>>`) is code, indented or not, as docutils reads
+    it; other indented text stays a quote."""
+    from clef_pipelines.parsing.rst import parse_rst
+
+    doc = (
+        "Fix code like this:\n\n    >>> import autopep8\n    >>> autopep8.fix_code('x')\n"
+        "    'x'\n\n>>> fix('a')\n'a'\n\nA quote follows:\n\n    Simple is better than complex.\n"
+    )
+    kinds = [(b.kind, b.text.splitlines()[0]) for b in parse_rst(doc)]
+    assert kinds == [
+        ("paragraph", "Fix code like this:"),
+        ("code", ">>> import autopep8"),
+        ("code", ">>> fix('a')"),
+        ("paragraph", "A quote follows:"),
+        ("quote", "Simple is better than complex."),
+    ]

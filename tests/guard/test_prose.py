@@ -95,3 +95,22 @@ def test_the_check_leaves_no_prose_blocks_unjudged_and_still_catches_a_planted_i
     assert decisions["percent codes"][0] == "quarantine"
     assert decisions["base64"][0] == "quarantine"
     assert report.as_dict()["not_judged"] == 1
+
+
+@pytest.mark.parametrize(
+    ("table", "reading"),
+    [
+        (
+            "| Item | Evidence |\n| --- | --- |\n| #167 | Correct the link |",
+            "Item. Evidence. #167. Correct the link.",
+        ),
+        (
+            "+-----+-----+\n| Tok | Out |\n+=====+=====+\n| YY  | 20  |\n+-----+-----+",
+            "Tok. Out. YY. 20.",
+        ),
+    ],
+)
+def test_a_table_is_read_cell_by_cell(table: str, reading: str) -> None:
+    """Each cell a sentence of its own: the guard's windows hold cells, not pipes and rules,
+    and an instruction planted in one cell is a window of its own."""
+    assert prose_reading(table) == reading
