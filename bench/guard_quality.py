@@ -37,7 +37,7 @@ unless --no-fetch):
   re-derived here: sha1 of the text, first 8 hex digits mod 100 >= 85; the lab also drops test
   texts that occur in training, which is not re-checked here). Scored standalone (as one
   block) and planted: each inserted as its own paragraph in the middle of a Markdown file of
-  tech-en's chosen split (file i mod n), the file run through the product path, the planted
+  tech-en's chosen split (file i mod n, whatever --max-units), the file run through the product path, the planted
   block's decision counted. Not split by --split (all of them are the guard's test rows).
 - ``demo``: data/corpus, whole: the planted Northwind paragraph (troubleshooting.md) must be
   quarantined and nothing else.
@@ -54,7 +54,7 @@ cap; a file that would pass it is left out unless it is the package's (manual's)
 
 Tables: per set, per format (document format of the file), per block kind: blocks, quarantined,
 not judged, false quarantine %; the top-scoring false positives (shortened); recall. `--quick`:
-tech-en and prose-de only, 15 blocks per package or manual, the first 3 packages, the
+tech-en and prose-de only, 15 blocks per package or manual, the first 2 packages or manuals, the
 injections (planted in those packages' Markdown files), the demo.
 """
 
@@ -89,7 +89,7 @@ QUICK = {
     "sets": "tech-en,prose-de,injections-en,demo",
     "max_blocks": 15,
     "max_manual_blocks": 15,
-    "max_units": 3,
+    "max_units": 2,
 }
 
 #: tech-en: PyPI package -> pinned sdist version (none in the guard's provenance nor the venv).
@@ -207,10 +207,11 @@ class Manual:
 
 #: prose-<lang>: Debian package -> what is read of it.
 PROSE: dict[str, dict[str, Manual]] = {
+    # (--quick reads the first two: small files, HTML and PDF.)
     "de": {
-        "debian-reference-de": Manual("2.100", "usr/share/debian-reference/*.de.html"),
         "debian-faq-de": Manual("11.1", "usr/share/doc/debian/FAQ/de/*.html"),
         "maint-guide-de": Manual("1.2.53", "usr/share/doc/maint-guide-de/*.pdf"),
+        "debian-reference-de": Manual("2.100", "usr/share/debian-reference/*.de.html"),
         "developers-reference-de": Manual("12.18", "usr/share/developers-reference/de/*.html"),
     },
     "fr": {
@@ -781,7 +782,8 @@ def _injection_report(
         print(f"\n== injections-en: skipped, {INJECTIONS} missing (set CLEF_SHARED_DATA)")
         return {"skipped": f"{INJECTIONS} missing"}
     texts = injection_texts(INJECTIONS)
-    tech = _chosen([u for u in units if u.set_name == "tech-en"], args.split, args.max_units)
+    # Hosts: every Markdown file of tech-en's split (--max-units does not narrow them).
+    tech = _chosen([u for u in units if u.set_name == "tech-en"], args.split, None)
     hosts = [p for u in tech for p in u.files if p.suffix.lower() == ".md"]
     out = injections(product, texts, hosts)
     print(
