@@ -9,4 +9,6 @@ if [ "$(id -u)" = "0" ] && ! id -u postgres >/dev/null 2>&1; then
   useradd --system --no-create-home --shell /usr/sbin/nologin postgres
 fi
 export TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0 DAGSTER_DG_UPDATE_CHECK_ENABLED=0
-python -m pytest -q -p no:cacheprovider "$@"
+# Two worker processes, each taking whole test files (module fixtures are set up once);
+# TEST_WORKERS=0 runs in this process alone.
+python -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-2}" --dist loadfile "$@"
