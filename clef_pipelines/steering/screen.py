@@ -254,10 +254,11 @@ def _ask_guard(
         asked, judged.language = _language_gate(blocks, screenable, texts, cfg.guard.languages, rep)
     judges = getattr(guard, "judges", None)
     if judges is not None:
-        no_prose = [i for i in asked if not judges(texts[i])]
-        if no_prose:
-            rep.guard_not_judged[NO_PROSE] = len(no_prose)
-            asked = [i for i in asked if judges(texts[i])]
+        # Each text read once: `judges` may decode it (`deobfuscate`) when it has no prose.
+        prose = [judges(texts[i]) for i in asked]
+        if not all(prose):
+            rep.guard_not_judged[NO_PROSE] = prose.count(False)
+            asked = [i for i, has in zip(asked, prose, strict=True) if has]
     _warn_unjudged(rep)
     scores = steering.guard_scores([texts[i] for i in asked])
     if scores is not None:
