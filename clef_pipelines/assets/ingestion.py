@@ -308,6 +308,9 @@ def screened_paragraphs(
             "guard_version": report.guard_version or "",
             # Paragraphs the guard left to Clef: by language (guard.languages), and no-prose.
             "guard_not_judged": dg.MetadataValue.json(report.guard_not_judged),
+            # What the guard decided with each block's page as context: kept as fitting it,
+            # quarantined as an off-topic request (steering.guard.context).
+            "guard_context": dg.MetadataValue.json(report.guard_context),
             "judges": report.judges,
             "needs_rescreen": report.needs_rescreen,
             "failed_requests": dg.MetadataValue.json(report.failures),

@@ -112,6 +112,9 @@ class IngestSummary:
     #: Paragraphs the guard left to Clef, by their document's language
     #: (`steering.guard.languages`) and `no-prose` (no sentence for it to judge).
     guard_not_judged: dict[str, int]
+    #: What the guard decided with each block's page as context (`steering.guard.context`):
+    #: `fits_document` (kept although its score flags it), `off_topic_request` (quarantined).
+    guard_context: dict[str, int]
     #: The screen's quarantine of this run (`quarantine_of`); None when the screen did not run.
     quarantine: dict[str, Any] | None
     chunks: int | None
@@ -161,6 +164,7 @@ class IngestSummary:
             settings_changed=settings_change(docs.get("settings_changed")),
             screened=screened,
             guard_not_judged=dict((screen or {}).get("guard_not_judged") or {}),
+            guard_context=dict((screen or {}).get("guard_context") or {}),
             quarantine=quarantine_of(screen),
             chunks=chunks.get("chunks"),
             tokens=chunks.get("tokens"),
