@@ -21,6 +21,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -28,6 +29,7 @@ from pydantic import Field
 
 from clef_pipelines.assets.failures import redacted_failures
 from clef_pipelines.assets.metadata import failures_table, quarantine_metadata, totals_metadata
+from clef_pipelines.config import Settings
 from clef_pipelines.ingest import batch_steps, process_memory, stages
 from clef_pipelines.ingest.batches import (
     BATCH,
@@ -52,6 +54,7 @@ from clef_pipelines.ingest.documents import (
     status_counts,
     stored_document_facts,
 )
+from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
 from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, check_manifest
 from clef_pipelines.ingest.totals import source_totals
@@ -61,6 +64,7 @@ from clef_pipelines.resources.settings import PipelineSettings
 from clef_pipelines.resources.store import VectorStoreResource
 from clef_pipelines.steering import checks
 from clef_pipelines.steering.quarantine import review_commands
+from clef_pipelines.stores.base import VectorStore
 
 GROUP = "ingestion"
 #: Prefix of every asset key of this code location (`clef/chunks`, ...).
@@ -161,6 +165,13 @@ def source_documents(
     ].n_unique()
     counts = status_counts(inventory)
     failed = inventory.filter(pl.col("status") == FAILED)
+    # Nothing to write: the later steps are skipped, so index upkeep an earlier run left
+    # unfinished (killed, or out of disk, during it) is found and finished here.
+    upkeep = (
+        _finish_index_upkeep(settings, store, collection)
+        if not changed_batches and manifest is not None
+        else {}
+    )
     # Handed on as its file, not as the frame: a run in one process would hold the frame
     # until the run ends (see `FrameFile`).
     staged = FrameFile.write(
@@ -189,9 +200,17 @@ def source_documents(
             # is needed.
             "source_fingerprint": stages.source_fingerprint(settings, source),
             "pipeline_fingerprint": fingerprint,
+            **({"index_upkeep": dg.MetadataValue.json(upkeep)} if upkeep else {}),
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
+
+
+def _finish_index_upkeep(settings: Settings, store: VectorStore, collection: str) -> dict[str, Any]:
+    """`VectorStore.complete_indexes` under the collection's write lock (reentrant: a CLI
+    run holds it already)."""
+    with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
+        return store.complete_indexes(collection)
 
 
 @dg.asset(
