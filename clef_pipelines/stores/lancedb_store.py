@@ -391,9 +391,20 @@ class LanceDBStore(VectorStore):
     def _table(self, name: str) -> Any:
         t = self._tables.get(name)
         if t is None:
-            t = self._db.open_table(name)
+            try:
+                t = self._db.open_table(name)
+            except ValueError:
+                # LanceDB says "Table was not found" of a folder whose manifests are gone:
+                # name the damage and the way out instead.
+                self._raise_if_damaged(name)
+                raise
             self._tables[name] = t
         return t
+
+    def _raise_if_damaged(self, name: str) -> None:
+        from clef_pipelines.stores.lancedb_health import check_tables
+
+        check_tables(self.path, [name])
 
     @staticmethod
     def _schema(spec: CollectionSpec) -> pa.Schema:
