@@ -56,7 +56,7 @@ from clef_pipelines.ingest.documents import (
 )
 from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
-from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, check_manifest
+from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, SyncReport, check_manifest
 from clef_pipelines.ingest.totals import source_totals
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
@@ -204,6 +204,25 @@ def source_documents(
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
+
+
+def _partial_sync(
+    store: VectorStore, collection: str, source: str, report: SyncReport
+) -> dict[str, Any]:
+    """A failed sync's figures: what it wrote, and the store's records counted afresh (left
+    out when the store cannot be read either)."""
+    facts: dict[str, Any] = {
+        "upserted": report.upserted,
+        "deleted_stale": report.deleted_stale,
+        "deleted_removed": report.deleted_removed,
+        "documents_synced": report.documents_synced,
+    }
+    try:
+        facts.update(totals_metadata(source_totals(store, collection, source)))
+        facts["collection_records"] = store.count(collection)
+    except Exception:  # the failure itself is reported; the counts are a courtesy
+        pass
+    return facts
 
 
 def _finish_index_upkeep(settings: Settings, store: VectorStore, collection: str) -> dict[str, Any]:
@@ -575,10 +594,24 @@ def store_sync(
     source = settings.source(context.partition_key)
     collection = settings.collection_of(source)
     store = vector_store.get()
-    done = batch_steps.sync_batches(
-        settings, source.name, store, embedder.get(), source_documents, embeddings
-    )
-    report = done.report
+    report = SyncReport()
+    try:
+        done = batch_steps.sync_batches(
+            settings,
+            source.name,
+            store,
+            embedder.get(),
+            source_documents,
+            embeddings,
+            report=report,
+        )
+    except Exception as exc:
+        # What the run wrote before it failed goes with the failure, so `ingest` reports it
+        # (not 0 records after thousands written; the next run repairs the rest).
+        raise dg.Failure(
+            description=f"the sync failed after writing {report.upserted} records",
+            metadata=_partial_sync(store, collection, source.name, report),
+        ) from exc
     total = store.count(collection) if store.has_collection(collection) else 0
     totals = source_totals(store, collection, source.name)
     return dg.MaterializeResult(

@@ -10,6 +10,7 @@ of their records; a partly written new document is REPAIR on the next run and up
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -41,6 +42,8 @@ from clef_pipelines.stores.manifest import ManifestMismatch, check_manifest  # n
 
 #: Test-only fault injection: SIGKILL this process after N upsert batches (the "killed run").
 KILL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_KILL_AFTER_UPSERTS"
+#: Test-only fault injection: fail with ENOSPC (a full disk) after N upsert batches.
+FAIL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_FAIL_AFTER_UPSERTS"
 
 #: The inventory columns the sync reads (`confirm_new_documents`, `sync_batch`, the batch
 #: split, and the removed-documents check): the sync step loads these alone, since a first
@@ -373,6 +376,7 @@ def sync_batch(
     stored = _stored_ids(store, collection, source, restated)
 
     kill_after = int(os.environ.get(KILL_AFTER_UPSERTS_ENV, "0") or 0)
+    fail_after = int(os.environ.get(FAIL_AFTER_UPSERTS_ENV, "0") or 0)
     done_before = report.upserted
     total = embedded.height
     for write, part in _write_parts(store, inventory, embedded, set(stored)):
@@ -383,6 +387,8 @@ def sync_batch(
                 progress(report.upserted - done_before, total)
             if kill_after and report.upsert_batches >= kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if fail_after and report.upsert_batches >= fail_after:
+                raise OSError(errno.ENOSPC, "No space left on device (fault injected)")
     report.documents_synced += embedded["doc_id"].n_unique() if embedded.height else 0
 
     if stored:
