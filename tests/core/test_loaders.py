@@ -341,3 +341,18 @@ def test_docx_text_after_an_entity_is_kept(tmp_path: Path) -> None:
     _docx_with_entity(path, '<!DOCTYPE w:document [<!ENTITY corp SYSTEM "file:///etc/hostname">]>')
     blocks = parse_document(load_file(path))
     assert blocks[0].text == "Hello &corp; world after it."
+
+
+def test_a_bom_opening_a_jsonl_text_is_dropped(tmp_path: Path) -> None:
+    """A JSONL text that starts with U+FEFF (a file's mark exported as it was): the mark is
+    not content, and offsets count from the first character after it."""
+    f = tmp_path / "docs.jsonl"
+    body = "BOM inside text.\n\nMore here."
+    f.write_bytes(
+        b"\xef\xbb\xbf" + (json.dumps({"id": "b", "text": "\ufeff" + body}) + "\n").encode()
+    )
+    (entry,) = _entries(f).values()
+    doc = entry.load(ParsingConfig())
+    assert doc.text == body
+    first = parse_document(doc)[0]
+    assert (first.char_start, first.char_end, first.text) == (0, 16, "BOM inside text.")
