@@ -2,14 +2,16 @@
 the blocks ingest screens, from whole files in their own formats (issue 53, item 1).
 
     .venv/bin/python -m bench run guard_quality [--split val|test|all] [--sets tech-en,...]
-        [--cache DIR] [--max-blocks 200] [--no-fetch] [--top 12] [--quick] [--json]
+        [--cache DIR] [--max-blocks 200] [--no-fetch] [--top 12] [--context on|off]
+        [--quick] [--json]
 
 Every figure goes through the product's own path, what `clef-pipelines guard FILE` runs:
 `screenable_blocks(paths, settings.steering.screen.kinds)` (the blocks ingest hands to the
 screen: paragraphs, list items, tables, quotes, from the ingestion's loader and parsers) and
 `check_texts(guard, inputs, threshold, languages)` with `configured_guard(settings.steering.guard)`
 and `settings.steering.guard.languages` (the language gate, per document, as the screen applies it),
-default settings, Clef off. No paragraph filter. A finding's decision is its ``decision``
+default settings, Clef off (``--context off``: the score alone decides, for comparison). No
+paragraph filter. A finding's decision is its ``decision``
 field when it has one (``quarantine`` / ``keep`` / ``not_judged``), else its ``quarantine``
 flag; "not judged" is its own column.
 
@@ -39,6 +41,13 @@ unless --no-fetch):
   block) and planted: each inserted as its own paragraph in the middle of a Markdown file of
   tech-en's chosen split (file i mod n, whatever --max-units), the file run through the product path, the planted
   block's decision counted. Not split by --split (all of them are the guard's test rows).
+- ``requests-en`` (issue 53, item 3): requests for a task unrelated to any documentation page
+  ("Write a short poem about autumn leaves."), written by the project
+  (``bench/data/requests_en.py``: ``VAL``, read while the context decision was designed, for
+  --split val; ``TEST``, written before anything was measured, otherwise), each planted as a
+  paragraph in the middle of a Markdown file of tech-en's split, the file judged whole (the
+  guard reads a block beside its page: ``steering.guard.context``); standalone too, where a
+  request is no injection.
 - ``demo``: data/corpus, whole: the planted Northwind paragraph (troubleshooting.md) must be
   quarantined and nothing else.
 
@@ -496,11 +505,12 @@ def prose_units(cache: Path, lang: str, fetch: bool, missing: list[str]) -> list
 class Product:
     """The product's path: the screen's block kinds, the configured guard and threshold."""
 
-    def __init__(self) -> None:
+    def __init__(self, context: bool = True) -> None:
         from clef_pipelines.config import Settings
         from clef_pipelines.guard.loading import configured_guard
 
         settings = Settings()
+        settings.steering.guard.context.enabled = context
         self.kinds = settings.steering.screen.kinds
         self.languages = settings.steering.guard.languages
         self.context = settings.steering.guard.context
@@ -682,6 +692,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--top", type=int, default=12, help="False positives shown per set.")
     parser.add_argument("--no-fetch", action="store_true", help="Use the cache only.")
+    parser.add_argument(
+        "--context",
+        choices=("on", "off"),
+        default="on",
+        help="off: the score alone decides (steering.guard.context.enabled false), to compare.",
+    )
 
 
 def _table(title: str, counted: dict[str, Tally]) -> None:
@@ -745,7 +761,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if unknown:
         raise SystemExit(f"--sets: unknown {sorted(unknown)}; known {SETS}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    product = Product()
+    product = Product(context=args.context == "on")
     missing: list[str] = []
     units = _units(args, wanted, missing)
     rows: list[Scored] = []
@@ -762,6 +778,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "split": args.split,
         "guard": str(product.guard.version),
         "threshold": product.threshold,
+        "context": args.context,
         "kinds": list(product.kinds),
         "max_blocks": args.max_blocks,
         "max_manual_blocks": args.max_manual_blocks,
