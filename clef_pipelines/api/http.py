@@ -9,9 +9,16 @@
     GET  /health               liveness (no auth, says nothing about the deployment)
 
 Every error is JSON `{"error": {"type", "message", "field"?}}` with the status that fits:
-400 unreadable JSON, 401 missing or wrong key, 404 unknown path or collection, 405, 413 body
-over `api.max_body_bytes`, 422 a field that breaks a rule (named), 504 over
+400 unreadable JSON, 401 missing or wrong key, 403 an `Origin` not in `api.allowed_origins`
+(a browser page elsewhere: CSRF), 404 unknown path or collection, 405, 408 a body not received
+within `api.body_timeout_s`, 413 body over `api.max_body_bytes`, 415 a POST body not declared
+`application/json` (what a browser sends without a preflight), 421 a `Host` that is neither the
+bind address nor in `api.allowed_hosts` (DNS rebinding), 422 a field that breaks a rule
+(named), 503 over `api.max_connections` with every connection busy, 504 over
 `api.request_timeout_s`. Internal errors are logged and answered without a traceback.
+
+The server itself (`api_uvicorn_config`) closes connections whose headers do not arrive within
+`api.header_timeout_s` and caps open connections (see `clef_pipelines.clef.http_limits`).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -43,6 +52,7 @@ from clef_pipelines.api.models import (
 )
 from clef_pipelines.api.openai_compat import ChatRequestError, chat_completion, chat_request_parts
 from clef_pipelines.api.service import RetrievalService, UnknownCollection
+from clef_pipelines.clef.http_limits import guarded_uvicorn_config
 from clef_pipelines.stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -68,7 +78,7 @@ def _field_of(err: ValidationError) -> tuple[str, str]:
     return ".".join(loc) or "body", str(e.get("msg"))
 
 
-async def _read_json(request: Request, limit: int) -> Any:
+async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "too_large", f"body: over the {limit}-byte limit", "body")
@@ -77,6 +87,18 @@ async def _read_json(request: Request, limit: int) -> Any:
         body += chunk
         if len(body) > limit:
             raise ApiError(413, "too_large", f"body: over the {limit}-byte limit", "body")
+    return bytes(body)
+
+
+async def _read_json(request: Request, api: ApiConfig) -> Any:
+    """The body as JSON, read within `api.max_body_bytes` and `api.body_timeout_s`."""
+    try:
+        async with asyncio.timeout(api.body_timeout_s):
+            body = await _read_body(request, api.max_body_bytes)
+    except TimeoutError:
+        raise ApiError(
+            408, "timeout", f"body: not received within {api.body_timeout_s:g} s", "body"
+        ) from None
     try:
         return json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -135,6 +157,86 @@ def _error_response(exc: Exception, request: Request, api: ApiConfig) -> Respons
     return ApiError(500, "internal", "internal error (see the server log)").response()
 
 
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
+
+
+def _host_name(value: str) -> str:
+    """The name in a `Host` header or bind address: no port, no IPv6 brackets, no final dot."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        value = value[1 : value.find("]")] if "]" in value else value[1:]
+    elif value.count(":") == 1:  # name:port (a bare IPv6 address has several colons)
+        value = value.partition(":")[0]
+    return value.rstrip(".")
+
+
+def allowed_host_names(api: ApiConfig) -> frozenset[str] | None:
+    """The `Host` names the API answers (None: any): the bind address, loopback's own names
+    when bound there, and `api.allowed_hosts`. A wildcard bind with no list accepts any (such
+    a deployment needs a bearer key, which a rebinding page does not have)."""
+    extra = {_host_name(h) for h in api.allowed_hosts}
+    if "*" in extra:
+        return None
+    bind = _host_name(api.host)
+    if bind in _WILDCARD_BINDS:
+        return frozenset(extra) if extra else None
+    names = {bind, *extra}
+    if bind in _LOOPBACK_NAMES or bind.startswith("127."):
+        names |= _LOOPBACK_NAMES
+    return frozenset(names)
+
+
+def _is_json_media_type(content_type: str | None) -> bool:
+    media = (content_type or "").partition(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+class _RequestGuard:
+    """ASGI middleware refusing what a browser can be made to send before anything else runs:
+    a foreign `Host` (DNS rebinding: 421), a foreign `Origin` (CSRF: 403) and a POST body not
+    declared JSON (a `text/plain` form post needs no CORS preflight: 415)."""
+
+    def __init__(self, app: Any, api: ApiConfig) -> None:
+        self.app = app
+        self.hosts = allowed_host_names(api)
+        origins = {o.strip().rstrip("/").lower() for o in api.allowed_origins}
+        self.any_origin = "*" in origins
+        self.origins = frozenset(origins)
+
+    def _origin_allowed(self, origin: str) -> bool:
+        return self.any_origin or origin.strip().rstrip("/").lower() in self.origins
+
+    def refusal(self, scope: Any) -> ApiError | None:
+        headers = Headers(scope=scope)
+        host = headers.get("host")
+        if self.hosts is not None and (host is None or _host_name(host) not in self.hosts):
+            return ApiError(421, "misdirected", f"host: {host!r} is not served here", "host")
+        origin = headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin):
+            return ApiError(
+                403, "forbidden", f"origin: {origin!r} is not in api.allowed_origins", "origin"
+            )
+        if scope.get("method") == "POST" and not _is_json_media_type(headers.get("content-type")):
+            return ApiError(
+                415,
+                "unsupported_media_type",
+                "content-type: a POST body must be sent as application/json",
+                "content-type",
+            )
+        return None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            refused = self.refusal(scope)
+            if refused is not None:
+                await refused.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class _Handlers:
     """The API's endpoints over a warm service; each returns the JSON body to send."""
 
@@ -143,7 +245,7 @@ class _Handlers:
         self.api = service.api
 
     async def retrieve(self, request: Request) -> Any:
-        req = _parse(RetrieveRequest, await _read_json(request, self.api.max_body_bytes))
+        req = _parse(RetrieveRequest, await _read_json(request, self.api))
         _check_query(req.query, self.api)
         result = await self.service.retrieve(
             req.query, collection=req.collection, top_k=req.top_k, where=req.where
@@ -151,7 +253,7 @@ class _Handlers:
         return result.to_dict()
 
     async def answer(self, request: Request) -> Any:
-        req = _parse(AnswerRequest, await _read_json(request, self.api.max_body_bytes))
+        req = _parse(AnswerRequest, await _read_json(request, self.api))
         _check_query(req.query, self.api)
         result = await self.service.answer(
             req.query, collection=req.collection, top_k=req.top_k, where=req.where
@@ -160,7 +262,7 @@ class _Handlers:
 
     async def compact(self, request: Request) -> Any:
         api = self.api
-        req = _parse(CompactRequest, await _read_json(request, api.max_body_bytes))
+        req = _parse(CompactRequest, await _read_json(request, api))
         _check_query(req.query, api)
         if len(req.passages) > api.max_passages:
             raise ApiError(422, "invalid_request", f"passages: over {api.max_passages}", "passages")
@@ -178,7 +280,7 @@ class _Handlers:
 
     async def chat(self, request: Request) -> Any:
         api = self.api
-        req = _parse(ChatCompletionRequest, await _read_json(request, api.max_body_bytes))
+        req = _parse(ChatCompletionRequest, await _read_json(request, api))
         query, passages = chat_request_parts(req)
         _check_query(query, api)
         if len(passages) > api.max_passages:
@@ -245,7 +347,22 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
         Route("/health", _health, methods=["GET"]),
     ]
     return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_found}
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={404: _not_found, 405: _not_found},
+        middleware=[Middleware(_RequestGuard, api=api)],
+    )
+
+
+def api_uvicorn_config(app: Starlette, api: ApiConfig) -> Any:
+    """uvicorn settings for `clef-pipelines api`: the shared connection limits of
+    `clef_pipelines.clef.http_limits` (header deadline, connection cap)."""
+    return guarded_uvicorn_config(
+        app,
+        host=api.host,
+        port=api.port,
+        header_timeout_s=api.header_timeout_s,
+        max_connections=api.max_connections,
     )
 
 

@@ -53,7 +53,7 @@ def api_command(
     """HTTP API: /v1/retrieve, /v1/answer, /v1/compact, OpenAI-compatible /v1/chat/completions."""
     import uvicorn
 
-    from clef_pipelines.api.http import build_app
+    from clef_pipelines.api.http import api_uvicorn_config, build_app
 
     service, api, key = _service(config, host, port)
     try:
@@ -64,16 +64,8 @@ def api_command(
             f"collections: {', '.join(service.collections()) or 'none yet'}",
             markup=False,
         )
-        uvicorn.run(
-            build_app(service, api_key=key),
-            host=api.host,
-            port=api.port,
-            log_level="warning",
-            access_log=False,
-            # Half-sent requests must not hold a connection forever.
-            timeout_keep_alive=5,
-            h11_max_incomplete_event_size=64 * 1024,
-        )
+        # Half-sent requests and slow clients must not hold connections forever.
+        uvicorn.Server(api_uvicorn_config(build_app(service, api_key=key), api)).run()
     finally:
         service.close()
 

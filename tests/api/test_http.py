@@ -111,12 +111,17 @@ def test_bad_json_size_limit_unknown_path_and_timeout(
 ) -> None:
     col = collection_factory(fake)
     api = api_factory(col, max_body_bytes=4096, request_timeout_s=0.3)
-    r = httpx.post(f"{api.base_url}/v1/retrieve", content=b"{nope", timeout=10)
+    as_json = {"content-type": "application/json"}
+    r = httpx.post(f"{api.base_url}/v1/retrieve", content=b"{nope", headers=as_json, timeout=10)
     assert r.status_code == 400 and r.json()["error"]["field"] == "body"
-    r = httpx.post(f"{api.base_url}/v1/retrieve", content=b"[" * 200_000 + b"]" * 200_000)
+    r = httpx.post(
+        f"{api.base_url}/v1/retrieve", content=b"[" * 200_000 + b"]" * 200_000, headers=as_json
+    )
     assert r.status_code == 413
     deep = "[" * 1800 + "]" * 1800  # deeper than the JSON parser recurses, within the limit
-    r = httpx.post(f"{api.base_url}/v1/retrieve", content=deep.encode(), timeout=10)
+    r = httpx.post(
+        f"{api.base_url}/v1/retrieve", content=deep.encode(), headers=as_json, timeout=10
+    )
     assert r.status_code in (400, 422), r.text
     r = post(api, "/v1/compact", {"query": QUERY, "passages": ["x" * 5000]})
     assert r.status_code == 413
