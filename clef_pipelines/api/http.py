@@ -53,6 +53,7 @@ from clef_pipelines.api.models import (
 from clef_pipelines.api.openai_compat import ChatRequestError, chat_completion, chat_request_parts
 from clef_pipelines.api.service import RetrievalService, UnknownCollection
 from clef_pipelines.clef.http_limits import guarded_uvicorn_config
+from clef_pipelines.retrieval.answer import AnswerError, AnswerNotConfigured
 from clef_pipelines.stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,9 @@ class ApiError(Exception):
 
 
 def _field_of(err: ValidationError) -> tuple[str, str]:
-    e = err.errors()[0]
+    # The deepest error: for a union (`str | PassageIn`) given an object, the one about the
+    # object's field rather than "should be a string".
+    e = max(err.errors(), key=lambda e: len(e.get("loc", ())))
     loc = [str(p) for p in e.get("loc", ()) if not str(p).startswith("function-")]
     # Union members (`str`, `PassageIn`) are not fields: keep the path a user wrote.
     loc = [p for p in loc if p not in ("str", "PassageIn", "list[ContentPart]")]
@@ -148,8 +151,15 @@ def _error_response(exc: Exception, request: Request, api: ApiConfig) -> Respons
         return ApiError(404, "not_found", str(exc), "collection").response()
     if isinstance(exc, ChatRequestError):
         return ApiError(422, "invalid_request", str(exc), exc.field).response()
+    if isinstance(exc, AnswerNotConfigured):  # the deployment's to fix, not the caller's
+        return ApiError(501, "not_configured", str(exc)).response()
+    if isinstance(exc, AnswerError):
+        return ApiError(502, "upstream_error", f"answer: the LLM failed: {exc}").response()
     if isinstance(exc, StoreError):
         return ApiError(422, "invalid_request", str(exc), "where").response()
+    if isinstance(exc, ValidationError):  # a model checked deeper in: its first error, named
+        field, msg = _field_of(exc)
+        return ApiError(422, "invalid_request", f"{field}: {msg}", field).response()
     if isinstance(exc, ValueError):  # a filter or passage the core refused, with its reason
         field = "where" if "filter" in str(exc) or "operator" in str(exc) else "body"
         return ApiError(422, "invalid_request", str(exc), field).response()
@@ -325,10 +335,11 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
                 if auth and not _authorised(request, expected):
                     raise ApiError(401, "unauthorized", "missing or wrong bearer key")
                 out = await asyncio.wait_for(handler(request), timeout=api.request_timeout_s)
+                headers = {"x-clef-ms": f"{(time.perf_counter() - started) * 1e3:.1f}"}
+                # Rendered here so that a value JSON cannot carry is a JSON error too.
+                return JSONResponse(out, headers=headers)
             except Exception as exc:  # noqa: BLE001 - mapped (and logged); never a traceback
                 return _error_response(exc, request, api)
-            headers = {"x-clef-ms": f"{(time.perf_counter() - started) * 1e3:.1f}"}
-            return JSONResponse(out, headers=headers)
 
         return run
 

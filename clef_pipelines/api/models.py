@@ -7,6 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+#: Most candidates one request may recall: each costs Clef work, so no caller sets the spend.
+MAX_TOP_K = 1000
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -14,8 +17,13 @@ class _Body(BaseModel):
 
 class RetrieveRequest(_Body):
     query: str = Field(min_length=1, description="The question.")
-    collection: str | None = Field(None, description="Default: the configured collection.")
-    top_k: int | None = Field(None, ge=1, le=1000, description="Candidates recalled.")
+    collection: str | None = Field(
+        None, min_length=1, description="Default: the configured collection."
+    )
+    # Strict: `"5"` and `true` are refused, not read as numbers.
+    top_k: int | None = Field(
+        None, ge=1, le=MAX_TOP_K, strict=True, description="Candidates recalled."
+    )
     where: dict[str, JsonValue] | None = Field(None, description="Portable filter.")
 
 
@@ -30,15 +38,20 @@ class PassageIn(BaseModel):
     model_config = ConfigDict(extra="allow")
     text: str
     id: str | None = None
-    score: float | None = None
+    # A finite number: `1e999` and `"NaN"` would break the JSON the result is sent as.
+    score: float | None = Field(None, strict=True, allow_inf_nan=False)
 
 
 class CompactRequest(_Body):
     query: str = Field(min_length=1)
     passages: list[str | PassageIn] = Field(min_length=1)
-    token_budget: int | None = Field(None, ge=1, description="Tokens of passage text kept.")
-    max_passages: int | None = Field(None, ge=1)
-    gate: bool = Field(False, description="Also ask whether the kept passages can answer.")
+    token_budget: int | None = Field(
+        None, ge=1, strict=True, description="Tokens of passage text kept."
+    )
+    max_passages: int | None = Field(None, ge=1, strict=True)
+    gate: bool = Field(
+        False, strict=True, description="Also ask whether the kept passages can answer."
+    )
 
 
 class ContentPart(BaseModel):
@@ -72,8 +85,8 @@ class ChatCompletionRequest(BaseModel):
     context: list[str | PassageIn] | None = Field(
         None, description="Extension: the chunks to compact."
     )
-    token_budget: int | None = Field(None, ge=1, description="Extension: tokens kept.")
-    max_passages: int | None = Field(None, ge=1, description="Extension.")
+    token_budget: int | None = Field(None, ge=1, strict=True, description="Extension: tokens kept.")
+    max_passages: int | None = Field(None, ge=1, strict=True, description="Extension.")
 
 
 def json_schemas() -> dict[str, Any]:

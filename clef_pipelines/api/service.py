@@ -19,7 +19,7 @@ from clef_pipelines.config import Settings
 from clef_pipelines.retrieval.answer import AnswerResult
 from clef_pipelines.retrieval.result import RetrievalResult
 from clef_pipelines.retrieval.retriever import Retriever, query_embedder, screened_at_ingest
-from clef_pipelines.stores import VectorStore, open_store
+from clef_pipelines.stores import StoreError, VectorStore, open_store
 
 
 class UnknownCollection(LookupError):
@@ -96,6 +96,16 @@ class RetrievalService:
             self._retrievers[name] = found
             return found
 
+    def _raise_if_dropped(self, name: str, exc: StoreError) -> None:
+        """A store error on a collection dropped since its retriever was made is the caller's
+        unknown collection (404), not a fault in the request's filter."""
+        known = self.collections()
+        if name in known:
+            return
+        with self._lock:
+            self._retrievers.pop(name, None)  # a later request finds it gone, or rebuilt
+        raise UnknownCollection(name, known) from exc
+
     def warm(self) -> None:
         """Load the embedder (and connect Clef) before the first request."""
         self.embedder.embed_queries(["warm up"])
@@ -113,7 +123,11 @@ class RetrievalService:
         where: dict[str, Any] | None = None,
     ) -> RetrievalResult:
         r = self.retriever(collection)
-        return await r.aretrieve(query, where=where, top_k=top_k)
+        try:
+            return await r.aretrieve(query, where=where, top_k=top_k)
+        except StoreError as exc:
+            self._raise_if_dropped(r.collection, exc)
+            raise
 
     async def answer(
         self,
@@ -124,7 +138,11 @@ class RetrievalService:
         where: dict[str, Any] | None = None,
     ) -> AnswerResult:
         r = self.retriever(collection)
-        return await r.aanswer(query, where=where, top_k=top_k)
+        try:
+            return await r.aanswer(query, where=where, top_k=top_k)
+        except StoreError as exc:
+            self._raise_if_dropped(r.collection, exc)
+            raise
 
     async def compact(
         self,
