@@ -114,6 +114,15 @@ class RetrievalService:
 
     # ---- operations ------------------------------------------------------------------
 
+    def clef_deadline_s(self) -> float:
+        """How long a request's Clef work may take, retries included: the retrieval setting,
+        within 80% of the request's deadline so that a Clef outage degrades the answer (vector
+        order) in time instead of ending in a 504; the rest is for recall and the reply."""
+        retrieval = getattr(self.settings, "retrieval", None)
+        configured = retrieval.clef_deadline_s if retrieval is not None else None
+        within_request = 0.8 * self.api.request_timeout_s
+        return min(configured or within_request, within_request)
+
     async def retrieve(
         self,
         query: str,
@@ -124,7 +133,9 @@ class RetrievalService:
     ) -> RetrievalResult:
         r = self.retriever(collection)
         try:
-            return await r.aretrieve(query, where=where, top_k=top_k)
+            return await r.aretrieve(
+                query, where=where, top_k=top_k, clef_deadline_s=self.clef_deadline_s()
+            )
         except StoreError as exc:
             self._raise_if_dropped(r.collection, exc)
             raise
@@ -139,7 +150,9 @@ class RetrievalService:
     ) -> AnswerResult:
         r = self.retriever(collection)
         try:
-            return await r.aanswer(query, where=where, top_k=top_k)
+            return await r.aanswer(
+                query, where=where, top_k=top_k, clef_deadline_s=self.clef_deadline_s()
+            )
         except StoreError as exc:
             self._raise_if_dropped(r.collection, exc)
             raise
@@ -153,17 +166,19 @@ class RetrievalService:
         max_passages: int | None = None,
         gate: bool = False,
     ) -> RetrievalResult:
+        from clef_pipelines.clef.client import clef_deadline
         from clef_pipelines.retrieval.compaction import acompact
 
-        return await acompact(
-            query,
-            passages,
-            token_budget=token_budget,
-            max_passages=max_passages,
-            gate=gate,
-            config=getattr(self.settings, "retrieval", None),
-            client=self._compact_client(),
-        )
+        with clef_deadline(self.clef_deadline_s()):
+            return await acompact(
+                query,
+                passages,
+                token_budget=token_budget,
+                max_passages=max_passages,
+                gate=gate,
+                config=getattr(self.settings, "retrieval", None),
+                client=self._compact_client(),
+            )
 
     def _compact_client(self) -> Any:
         from clef_pipelines.clef.client import ClefClient
