@@ -47,7 +47,11 @@ from clef_pipelines.api.models import (
     AnswerRequest,
     ChatCompletionRequest,
     CompactRequest,
+    RequestRefused,
     RetrieveRequest,
+    check_passages,
+    check_query,
+    first_error,
     json_schemas,
 )
 from clef_pipelines.api.openai_compat import ChatRequestError, chat_completion, chat_request_parts
@@ -69,16 +73,6 @@ class ApiError(Exception):
         if self.field is not None:
             err["field"] = self.field
         return JSONResponse({"error": err}, status_code=self.status)
-
-
-def _field_of(err: ValidationError) -> tuple[str, str]:
-    # The deepest error: for a union (`str | PassageIn`) given an object, the one about the
-    # object's field rather than "should be a string".
-    e = max(err.errors(), key=lambda e: len(e.get("loc", ())))
-    loc = [str(p) for p in e.get("loc", ()) if not str(p).startswith("function-")]
-    # Union members (`str`, `PassageIn`) are not fields: keep the path a user wrote.
-    loc = [p for p in loc if p not in ("str", "PassageIn", "list[ContentPart]")]
-    return ".".join(loc) or "body", str(e.get("msg"))
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -114,17 +108,8 @@ def _parse(model: type[BaseModel], raw: Any) -> Any:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        field, msg = _field_of(exc)
+        field, msg = first_error(exc)
         raise ApiError(422, "invalid_request", f"{field}: {msg}", field) from None
-
-
-def _check_query(query: str, api: ApiConfig) -> None:
-    if not query.strip():
-        raise ApiError(422, "invalid_request", "query: is empty", "query")
-    if len(query) > api.max_query_chars:
-        raise ApiError(
-            422, "invalid_request", f"query: over {api.max_query_chars} characters", "query"
-        )
 
 
 Handler = Callable[[Request], Awaitable[Any]]
@@ -149,6 +134,8 @@ def _error_response(exc: Exception, request: Request, api: ApiConfig) -> Respons
         return ApiError(504, "timeout", f"request: over {api.request_timeout_s:g} s").response()
     if isinstance(exc, UnknownCollection):
         return ApiError(404, "not_found", str(exc), "collection").response()
+    if isinstance(exc, RequestRefused):
+        return ApiError(422, "invalid_request", str(exc), exc.field).response()
     if isinstance(exc, ChatRequestError):
         return ApiError(422, "invalid_request", str(exc), exc.field).response()
     if isinstance(exc, AnswerNotConfigured):  # the deployment's to fix, not the caller's
@@ -158,7 +145,7 @@ def _error_response(exc: Exception, request: Request, api: ApiConfig) -> Respons
     if isinstance(exc, StoreError):
         return ApiError(422, "invalid_request", str(exc), "where").response()
     if isinstance(exc, ValidationError):  # a model checked deeper in: its first error, named
-        field, msg = _field_of(exc)
+        field, msg = first_error(exc)
         return ApiError(422, "invalid_request", f"{field}: {msg}", field).response()
     if isinstance(exc, ValueError):  # a filter or passage the core refused, with its reason
         field = "where" if "filter" in str(exc) or "operator" in str(exc) else "body"
@@ -256,7 +243,7 @@ class _Handlers:
 
     async def retrieve(self, request: Request) -> Any:
         req = _parse(RetrieveRequest, await _read_json(request, self.api))
-        _check_query(req.query, self.api)
+        check_query(req.query, self.api)
         result = await self.service.retrieve(
             req.query, collection=req.collection, top_k=req.top_k, where=req.where
         )
@@ -264,7 +251,7 @@ class _Handlers:
 
     async def answer(self, request: Request) -> Any:
         req = _parse(AnswerRequest, await _read_json(request, self.api))
-        _check_query(req.query, self.api)
+        check_query(req.query, self.api)
         result = await self.service.answer(
             req.query, collection=req.collection, top_k=req.top_k, where=req.where
         )
@@ -273,9 +260,8 @@ class _Handlers:
     async def compact(self, request: Request) -> Any:
         api = self.api
         req = _parse(CompactRequest, await _read_json(request, api))
-        _check_query(req.query, api)
-        if len(req.passages) > api.max_passages:
-            raise ApiError(422, "invalid_request", f"passages: over {api.max_passages}", "passages")
+        check_query(req.query, api)
+        check_passages([p if isinstance(p, str) else p.text for p in req.passages], api)
         passages = [
             p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in req.passages
         ]
@@ -292,7 +278,7 @@ class _Handlers:
         api = self.api
         req = _parse(ChatCompletionRequest, await _read_json(request, api))
         query, passages = chat_request_parts(req)
-        _check_query(query, api)
+        check_query(query, api)
         if len(passages) > api.max_passages:
             raise ApiError(
                 422, "invalid_request", f"context: over {api.max_passages} chunks", "context"

@@ -80,7 +80,9 @@ def mcp_command(
     config: ConfigOption = None,
 ) -> None:
     """MCP server: tools search, answer, compact and list_collections."""
-    from clef_pipelines.api.mcp_server import build_mcp_server
+    import anyio
+
+    from clef_pipelines.api.mcp_server import build_mcp_server, serve_stdio
 
     if transport not in ("stdio", "http"):
         fail(f"--transport must be stdio or http, not {transport!r}")
@@ -97,7 +99,7 @@ def mcp_command(
         service.warm()
         server = build_mcp_server(service)
         if kind == "stdio":
-            server.run("stdio")
+            anyio.run(serve_stdio, server)
         else:
             server.run("streamable-http", host=api.host, port=api.port)
     finally:
