@@ -12,7 +12,13 @@ from typing import Annotated, Literal
 import typer
 
 from clef_pipelines.cli.app import app
-from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
+from clef_pipelines.cli.common import (
+    ConfigOption,
+    console,
+    fail,
+    load_cli_settings,
+    terminal_safe,
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -61,7 +67,7 @@ def api_command(
         auth = f"bearer key from {api.api_key_env}" if key else "no auth (loopback only)"
         console.print(
             f"clef-pipelines API on http://{api.host}:{api.port} ({auth}); "
-            f"collections: {', '.join(service.collections()) or 'none yet'}",
+            f"collections: {terminal_safe(', '.join(service.collections()) or 'none yet')}",
             markup=False,
         )
         # Half-sent requests and slow clients must not hold connections forever.
