@@ -72,7 +72,10 @@ class ApiError(Exception):
         err: dict[str, Any] = {"type": self.kind, "message": str(self)}
         if self.field is not None:
             err["field"] = self.field
-        return JSONResponse({"error": err}, status_code=self.status)
+        # A body not received in time leaves the rest of it on the line: the connection
+        # cannot carry another request, so it is closed now rather than at keep-alive's end.
+        headers = {"connection": "close"} if self.status == 408 else None
+        return JSONResponse({"error": err}, status_code=self.status, headers=headers)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

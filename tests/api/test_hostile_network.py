@@ -69,6 +69,30 @@ def test_2000_slow_connections_do_not_lock_out_a_normal_request(
             sock.close()
 
 
+def test_over_the_cap_with_every_connection_busy_is_a_503(
+    collection_factory: Any, api_factory: Any
+) -> None:
+    api = api_factory(collection_factory(None), max_connections=2)
+    port = api.served.port
+    busy = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+    try:
+        for sock in busy:  # whole headers, half a body: requests in progress, not slow headers
+            sock.sendall(
+                b"POST /v1/retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+            )
+        time.sleep(0.2)  # let the server read both requests' headers
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
+            answer = _hung_up(third)
+        assert answer is not None and answer.startswith(b"HTTP/1.1 503"), answer
+        assert b'"type": "unavailable"' in answer
+    finally:
+        for sock in busy:
+            sock.close()
+    r = httpx.post(f"{api.base_url}/v1/retrieve", json={"query": QUERY}, timeout=30)
+    assert r.status_code == 200, r.text
+
+
 def test_headers_and_bodies_have_deadlines(collection_factory: Any, api_factory: Any) -> None:
     api = api_factory(collection_factory(None), header_timeout_s=0.5, body_timeout_s=0.5)
     port = api.served.port
