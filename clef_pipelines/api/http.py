@@ -384,11 +384,10 @@ def openapi_document() -> dict[str, Any]:
                         "description": returns,
                         "content": {"application/json": {"schema": {"type": "object"}}},
                     },
-                    "401": {"$ref": "#/components/responses/Error"},
-                    "404": {"$ref": "#/components/responses/Error"},
-                    "413": {"$ref": "#/components/responses/Error"},
-                    "422": {"$ref": "#/components/responses/Error"},
-                    "504": {"$ref": "#/components/responses/Error"},
+                    **{
+                        str(status): {"$ref": "#/components/responses/Error"}
+                        for status in (400, 401, 403, 404, 408, 413, 415, 421, 422, 503, 504)
+                    },
                 },
             }
         }
