@@ -1,16 +1,20 @@
 """Issue 54 (Medium 11): a Clef server that never answers degrades a query (vector order,
 marked degraded) within the request's deadline, on the API and the CLI, where the client's own
-retries (`timeout_s` times `max_retries + 1`) would take minutes."""
+retries (`timeout_s` times `max_retries + 1`) would take minutes. MCP `search` too."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import httpx
+from mcp import Client
 from typer.testing import CliRunner
 
+from clef_pipelines.api.mcp_server import build_mcp_server
+from clef_pipelines.api.service import RetrievalService
 from clef_pipelines.cli.main import app
 from tests.clef.fake_server import FakeServer, Reply
 from tests.retrieval.conftest import PASSAGES, QUERY
@@ -63,3 +67,23 @@ def test_cli_query_degrades_within_the_clef_deadline(
     assert out.exit_code == 0, out.output
     (result,) = json.loads(out.output)
     assert_degraded_in_vector_order(result)
+
+
+def test_mcp_search_degrades_within_the_request_deadline(
+    fake: FakeServer, collection_factory: Any
+) -> None:
+    col = collection_factory(fake)
+    hanging_clef(fake, col)
+    settings = col.settings.model_copy(deep=True)
+    settings.api = settings.api.model_copy(update={"request_timeout_s": 2.5})
+
+    async def go() -> Any:
+        with RetrievalService(settings, store=col.store) as service:
+            async with Client(build_mcp_server(service)) as client:
+                found = await client.call_tool("search", {"query": QUERY})
+                await service.aclose_loop_clients()
+                return found
+
+    found = asyncio.run(go())
+    assert not found.is_error, found
+    assert_degraded_in_vector_order(found.structured_content)
