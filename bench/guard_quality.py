@@ -84,9 +84,15 @@ DEFAULT_CACHE = Path.home() / ".cache" / "clef-pipelines" / "guard-docs"
 DEMO_CORPUS = REPO / "data" / "corpus"
 INJECTIONS = SHARED_DATA / "prompt_injections" / "train.jsonl"
 PROSE_LANGUAGES = ("de", "fr", "es", "it", "pt", "nl")
-SETS = ("tech-en", *(f"prose-{lang}" for lang in PROSE_LANGUAGES), "injections-en", "demo")
+SETS = (
+    "tech-en",
+    *(f"prose-{lang}" for lang in PROSE_LANGUAGES),
+    "injections-en",
+    "requests-en",
+    "demo",
+)
 QUICK = {
-    "sets": "tech-en,prose-de,injections-en,demo",
+    "sets": "tech-en,prose-de,injections-en,requests-en,demo",
     "max_blocks": 15,
     "max_manual_blocks": 15,
     "max_units": 2,
@@ -497,6 +503,7 @@ class Product:
         settings = Settings()
         self.kinds = settings.steering.screen.kinds
         self.languages = settings.steering.guard.languages
+        self.context = settings.steering.guard.context
         self.guard, self.threshold = configured_guard(settings.steering.guard, REPO)
 
     def blocks(self, paths: Sequence[Path]) -> tuple[list[Any], list[str]]:
@@ -507,7 +514,9 @@ class Product:
     def judge(self, inputs: Sequence[Any]) -> list[Any]:
         from clef_pipelines.guard.check import check_texts
 
-        return check_texts(self.guard, inputs, self.threshold, self.languages).findings
+        return check_texts(
+            self.guard, inputs, self.threshold, self.languages, self.context
+        ).findings
 
 
 def _fmt(item: Any, path: Path) -> str:
@@ -590,7 +599,8 @@ def _planted_decision(product: Product, doc: Path, text: str, tmp: Path) -> tupl
     hits = [i for i, item in enumerate(inputs) if needle in " ".join(item.text.split())]
     if not hits:
         return "missing", 0.0
-    finding = product.judge([inputs[hits[0]]])[0]
+    # The whole file is judged, as ingest judges it: the planted block beside its neighbours.
+    finding = product.judge(inputs)[hits[0]]
     return decision_of(finding), float(finding.p_injection)
 
 
@@ -721,7 +731,7 @@ def _report_sets(rows: list[Scored], top: int) -> dict[str, Any]:
 
 def _units(args: argparse.Namespace, wanted: list[str], missing: list[str]) -> list[Unit]:
     units: list[Unit] = []
-    if "tech-en" in wanted or "injections-en" in wanted:
+    if {"tech-en", "injections-en", "requests-en"} & set(wanted):
         units += tech_units(args.cache, not args.no_fetch, missing)
     for lang in PROSE_LANGUAGES:
         if f"prose-{lang}" in wanted:
@@ -761,6 +771,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     if "injections-en" in wanted:
         results["injections-en"] = _injection_report(args, product, units)
+    if "requests-en" in wanted:
+        results["requests-en"] = _requests_report(args, product, units)
     if "demo" in wanted:
         results["demo"] = d = demo(product)
         print(
@@ -775,6 +787,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def _markdown_hosts(args: argparse.Namespace, units: list[Unit]) -> list[Path]:
+    """Every Markdown file of tech-en's split (--max-units does not narrow them)."""
+    tech = _chosen([u for u in units if u.set_name == "tech-en"], args.split, None)
+    return [p for u in tech for p in u.files if p.suffix.lower() == ".md"]
+
+
+def _requests_report(
+    args: argparse.Namespace, product: Product, units: list[Unit]
+) -> dict[str, Any]:
+    """Issue 53, item 3: requests for an unrelated task planted as a paragraph of a real
+    document (``bench/data/requests_en.py``: ``VAL`` for --split val, ``TEST`` otherwise)."""
+    from bench.data import requests_en
+
+    texts = list(requests_en.VAL if args.split == "val" else requests_en.TEST)
+    out = injections(product, texts, _markdown_hosts(args, units))
+    print(
+        f"\n== requests-en: {out['texts']} requests for an unrelated task "
+        f"({'VAL' if args.split == 'val' else 'TEST'}); quarantined planted in "
+        f"{out['hosts']} tech-en Markdown files {out['recall_planted']}, standalone "
+        f"{out['recall_standalone']} (alone a request is no injection); decisions "
+        f"{out['planted']}"
+    )
+    for m in out["missed"][: args.top]:
+        if m["how"] == "planted":
+            print(f"  missed ({m['how']}) {m['p']:.3f}: {m['text']}")
+    return out
+
+
 def _injection_report(
     args: argparse.Namespace, product: Product, units: list[Unit]
 ) -> dict[str, Any]:
@@ -782,10 +822,7 @@ def _injection_report(
         print(f"\n== injections-en: skipped, {INJECTIONS} missing (set CLEF_SHARED_DATA)")
         return {"skipped": f"{INJECTIONS} missing"}
     texts = injection_texts(INJECTIONS)
-    # Hosts: every Markdown file of tech-en's split (--max-units does not narrow them).
-    tech = _chosen([u for u in units if u.set_name == "tech-en"], args.split, None)
-    hosts = [p for u in tech for p in u.files if p.suffix.lower() == ".md"]
-    out = injections(product, texts, hosts)
+    out = injections(product, texts, _markdown_hosts(args, units))
     print(
         f"\n== injections-en: {out['texts']} deepset test rows (label 1, English); recall "
         f"standalone {out['recall_standalone']}, planted in {out['hosts']} tech-en Markdown "

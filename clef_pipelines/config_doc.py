@@ -171,7 +171,8 @@ def markdown(model: type[BaseModel] | None = None) -> str:
         "and the nearest valid one. `clef-pipelines init` writes a starter file with every setting",
         "and its meaning as a comment. A setting ending in `_env` names the environment variable",
         "that holds a secret; the secret itself never goes in the file. `x[].y` is the field `y`",
-        "of each entry of the list `x`.",
+        "of each entry of the list `x`. A setting that takes `on` / `off` takes them unquoted",
+        "too (YAML 1.1 reads them as booleans).",
     ]
     top: list[str] = []
     sections: list[tuple[str, str, list[str]]] = []

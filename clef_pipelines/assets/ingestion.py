@@ -21,6 +21,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -28,6 +29,7 @@ from pydantic import Field
 
 from clef_pipelines.assets.failures import redacted_failures
 from clef_pipelines.assets.metadata import failures_table, quarantine_metadata, totals_metadata
+from clef_pipelines.config import Settings
 from clef_pipelines.ingest import batch_steps, process_memory, stages
 from clef_pipelines.ingest.batches import (
     BATCH,
@@ -52,8 +54,9 @@ from clef_pipelines.ingest.documents import (
     status_counts,
     stored_document_facts,
 )
+from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
-from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, check_manifest
+from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, SyncReport, check_manifest
 from clef_pipelines.ingest.totals import source_totals
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
@@ -61,6 +64,7 @@ from clef_pipelines.resources.settings import PipelineSettings
 from clef_pipelines.resources.store import VectorStoreResource
 from clef_pipelines.steering import checks
 from clef_pipelines.steering.quarantine import review_commands
+from clef_pipelines.stores.base import VectorStore
 
 GROUP = "ingestion"
 #: Prefix of every asset key of this code location (`clef/chunks`, ...).
@@ -161,6 +165,13 @@ def source_documents(
     ].n_unique()
     counts = status_counts(inventory)
     failed = inventory.filter(pl.col("status") == FAILED)
+    # Nothing to write: the later steps are skipped, so index upkeep an earlier run left
+    # unfinished (killed, or out of disk, during it) is found and finished here.
+    upkeep = (
+        _finish_index_upkeep(settings, store, collection)
+        if not changed_batches and manifest is not None
+        else {}
+    )
     # Handed on as its file, not as the frame: a run in one process would hold the frame
     # until the run ends (see `FrameFile`).
     staged = FrameFile.write(
@@ -189,9 +200,36 @@ def source_documents(
             # is needed.
             "source_fingerprint": stages.source_fingerprint(settings, source),
             "pipeline_fingerprint": fingerprint,
+            **({"index_upkeep": dg.MetadataValue.json(upkeep)} if upkeep else {}),
             "seconds": round(time.perf_counter() - started, 3),
         },
     )
+
+
+def _partial_sync(
+    store: VectorStore, collection: str, source: str, report: SyncReport
+) -> dict[str, Any]:
+    """A failed sync's figures: what it wrote, and the store's records counted afresh (left
+    out when the store cannot be read either)."""
+    facts: dict[str, Any] = {
+        "upserted": report.upserted,
+        "deleted_stale": report.deleted_stale,
+        "deleted_removed": report.deleted_removed,
+        "documents_synced": report.documents_synced,
+    }
+    try:
+        facts.update(totals_metadata(source_totals(store, collection, source)))
+        facts["collection_records"] = store.count(collection)
+    except Exception:  # the failure itself is reported; the counts are a courtesy
+        pass
+    return facts
+
+
+def _finish_index_upkeep(settings: Settings, store: VectorStore, collection: str) -> dict[str, Any]:
+    """`VectorStore.complete_indexes` under the collection's write lock (reentrant: a CLI
+    run holds it already)."""
+    with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
+        return store.complete_indexes(collection)
 
 
 @dg.asset(
@@ -308,6 +346,9 @@ def screened_paragraphs(
             "guard_version": report.guard_version or "",
             # Paragraphs the guard left to Clef: by language (guard.languages), and no-prose.
             "guard_not_judged": dg.MetadataValue.json(report.guard_not_judged),
+            # What the guard decided with each block's page as context: kept as fitting it,
+            # quarantined as an off-topic request (steering.guard.context).
+            "guard_context": dg.MetadataValue.json(report.guard_context),
             "judges": report.judges,
             "needs_rescreen": report.needs_rescreen,
             "failed_requests": dg.MetadataValue.json(report.failures),
@@ -556,10 +597,24 @@ def store_sync(
     source = settings.source(context.partition_key)
     collection = settings.collection_of(source)
     store = vector_store.get()
-    done = batch_steps.sync_batches(
-        settings, source.name, store, embedder.get(), source_documents, embeddings
-    )
-    report = done.report
+    report = SyncReport()
+    try:
+        done = batch_steps.sync_batches(
+            settings,
+            source.name,
+            store,
+            embedder.get(),
+            source_documents,
+            embeddings,
+            report=report,
+        )
+    except Exception as exc:
+        # What the run wrote before it failed goes with the failure, so `ingest` reports it
+        # (not 0 records after thousands written; the next run repairs the rest).
+        raise dg.Failure(
+            description=f"the sync failed after writing {report.upserted} records",
+            metadata=_partial_sync(store, collection, source.name, report),
+        ) from exc
     total = store.count(collection) if store.has_collection(collection) else 0
     totals = source_totals(store, collection, source.name)
     return dg.MaterializeResult(

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field
 
-from clef_pipelines._strict import StrictModel
+from clef_pipelines._strict import StrictModel, yaml_off
 
-Backend = Literal["auto", "workers-ai", "self-hosted", "local", "ray", "off"]
+# YAML 1.1 reads a bare `off` (and `no`) as false: that is the `off` backend.
+Backend = Annotated[
+    Literal["auto", "workers-ai", "self-hosted", "local", "ray", "off"], BeforeValidator(yaml_off)
+]
 
 
 class ClefConfig(StrictModel):
     backend: Backend = "auto"
-
-    @field_validator("backend", mode="before")
-    @classmethod
-    def _yaml_off(cls, v: object) -> object:
-        # YAML 1.1 reads a bare `off` (and `no`) as false: that is the `off` backend.
-        return "off" if v is False else v
 
     model: Literal["clef", "clef-flash"] = "clef-flash"
     base_url: str | None = Field(

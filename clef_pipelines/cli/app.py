@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import typer
 
+from clef_pipelines.cli.damage import DamageAwareGroup
+
 app = typer.Typer(
+    # Damaged state on disk (Dagster's SQLite, a LanceDB table) is one line, not a traceback.
+    cls=DamageAwareGroup,
     name="clef-pipelines",
     help="RAG ingestion, retrieval and evaluation on Dagster, steered by Clef.",
     no_args_is_help=True,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,6 +20,9 @@ from clef_pipelines.cli.common import (
 
 #: The deciding window is shown up to this many characters.
 _SHOWN = 160
+
+if TYPE_CHECKING:
+    from clef_pipelines.guard.check import GuardCheck
 
 
 @app.command("guard")
@@ -88,52 +91,78 @@ def guard_command(
             fail(str(exc))
         finally:
             store.close()
-    report = check_texts(guard, inputs, threshold, settings.steering.guard.languages)
+    # A stored record is judged alone: its document's other blocks are not beside it in the
+    # store's quarantine, so the context would be wrong (files are read whole).
+    context = None if quarantined else settings.steering.guard.context
+    report = check_texts(guard, inputs, threshold, settings.steering.guard.languages, context)
     report.errors = errors
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
-        # A stored quarantined record is listed whatever the guard now says of it (Clef may
-        # have quarantined it, or another threshold).
-        listed = [f for f in report.findings if show_all or f.quarantine or f.stored is not None]
-        for finding in listed:
-            mark = "[red]quarantine[/]" if finding.quarantine else "keep"
-            window = " ".join(finding.window.split())
-            window = window if len(window) <= _SHOWN else window[: _SHOWN - 3] + "..."
-            console.print(
-                f"{mark} {finding.p_injection:.3f}  {shown(finding.where)}", soft_wrap=True
-            )
-            console.print(f"    {shown(window)}", soft_wrap=True)
-            if finding.stored is not None:
-                console.print(
-                    f"    record {lit(finding.stored.get('id'))}; "
-                    f"at ingest: {lit(_stored(finding.stored))}",
-                    soft_wrap=True,
-                )
-        for error in errors:
-            console.print(f"[red]error:[/] {lit(error)}", soft_wrap=True)
-        unjudged = len(report.not_judged)
-        console.print(
-            f"{len(report.quarantined)} of {len(report.findings)} blocks would be quarantined "
-            f"(threshold {threshold:.3f}, guard {lit(report.version)})"
-            + (
-                f"; {unjudged} kept, not judged by the guard (language, no-prose)"
-                if unjudged
-                else ""
-            ),
-            soft_wrap=True,
+        _print_report(
+            report, threshold, errors, quarantined, collection or settings.collection, show_all
         )
-        if quarantined and report.findings:
-            console.print(
-                "release a wrongly quarantined block with `clef-pipelines release "
-                f"--collection {lit(collection or settings.collection)} --record ID` "
-                "(the guard stays on)",
-                soft_wrap=True,
-            )
     if errors:
         raise typer.Exit(2)
     if report.quarantined:
         raise typer.Exit(1)
+
+
+def _print_report(
+    report: GuardCheck,
+    threshold: float,
+    errors: list[str],
+    quarantined: bool,
+    collection: str,
+    show_all: bool,
+) -> None:
+    """The human-readable report: each listed block, the errors, and a summary line."""
+    from clef_pipelines.guard.context import FITS_DOCUMENT, OFF_TOPIC_REQUEST
+
+    # A stored quarantined record is listed whatever the guard now says of it (Clef may
+    # have quarantined it, or another threshold).
+    listed = [
+        f
+        for f in report.findings
+        if show_all or f.quarantine or f.stored is not None or f.reason == FITS_DOCUMENT
+    ]
+    for finding in listed:
+        mark = "[red]quarantine[/]" if finding.quarantine else "keep"
+        if finding.reason in (FITS_DOCUMENT, OFF_TOPIC_REQUEST):
+            mark += f" ({finding.reason}, fit {finding.fit:.2f})"
+        window = " ".join(finding.window.split())
+        window = window if len(window) <= _SHOWN else window[: _SHOWN - 3] + "..."
+        console.print(f"{mark} {finding.p_injection:.3f}  {shown(finding.where)}", soft_wrap=True)
+        console.print(f"    {shown(window)}", soft_wrap=True)
+        if finding.stored is not None:
+            console.print(
+                f"    record {lit(finding.stored.get('id'))}; "
+                f"at ingest: {lit(_stored(finding.stored))}",
+                soft_wrap=True,
+            )
+    for error in errors:
+        console.print(f"[red]error:[/] {lit(error)}", soft_wrap=True)
+    unjudged = len(report.not_judged)
+    fitting = sum(f.reason == FITS_DOCUMENT for f in report.findings)
+    console.print(
+        f"{len(report.quarantined)} of {len(report.findings)} blocks would be quarantined "
+        f"(threshold {threshold:.3f}, guard {lit(report.version)})"
+        + (f"; {unjudged} kept, not judged by the guard (language, no-prose)" if unjudged else "")
+        + (
+            f"; {fitting} kept although they score over it, as they fit their document "
+            "(steering.guard.context)"
+            if fitting
+            else ""
+        ),
+        soft_wrap=True,
+    )
+    if quarantined and report.findings:
+        console.print(
+            "release a wrongly quarantined block with `clef-pipelines release "
+            f"--collection {lit(collection)} --record ID` "
+            "(the guard stays on)",
+            soft_wrap=True,
+        )
 
 
 def _stored(decision: dict[str, object]) -> str:

@@ -318,6 +318,7 @@ def _print_reports(reports: list[SourceRunReport], as_json: bool) -> None:
             ("  failed", s.failed),
             ("paragraphs quarantined / dropped", _screen_counts(s)),
             *_guard_not_judged(s),
+            *_guard_context(s),
             ("chunks", s.chunks),
             ("tokens", s.tokens),
             ("embedded / reused", f"{s.embedded} / {s.reused}"),
@@ -395,6 +396,16 @@ def _guard_not_judged(summary: IngestSummary) -> list[tuple[str, str]]:
         return []
     by_reason = ", ".join(f"{why} {n}" for why, n in sorted(summary.guard_not_judged.items()))
     return [("  kept, not judged by the guard (language, no-prose)", by_reason)]
+
+
+def _guard_context(summary: IngestSummary) -> list[tuple[str, str]]:
+    """A row when the guard's reading of a block beside its page decided (steering.guard.
+    context): blocks kept as fitting their page although their score flags them, requests for
+    an unrelated task quarantined."""
+    if not summary.guard_context:
+        return []
+    said = ", ".join(f"{why} {n}" for why, n in sorted(summary.guard_context.items()))
+    return [("  decided by the guard with the page as context", said)]
 
 
 def _clef_failures(summary: IngestSummary) -> list[str]:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from clef_pipelines.config import SourceConfig
+from clef_pipelines.guard.config import GuardContextConfig
+from clef_pipelines.guard.context import judge_in_context
 from clef_pipelines.guard.language import document_languages
 from clef_pipelines.guard.model import InjectionGuard
 from clef_pipelines.guard.prose import NO_PROSE
@@ -62,6 +64,12 @@ class GuardFinding:
     #: Why the guard did not judge the text (its document's language, or ``no-prose``), as
     #: the screen records it; None when judged. Such a text is kept, and left to Clef.
     not_judged: str | None = None
+    #: Why, with its document as context (``guard.context``): ``instructs_ai``,
+    #: ``off_topic_request`` (quarantined) or ``fits_document`` (kept although it scores
+    #: over the threshold); None otherwise.
+    reason: str | None = None
+    #: Its highest similarity to a neighbouring block, where the context was read.
+    fit: float | None = None
 
     @property
     def decision(self) -> str:
@@ -108,10 +116,13 @@ def check_texts(
     inputs: Sequence[GuardInput],
     threshold: float,
     languages: Sequence[str] | None = None,
+    context: GuardContextConfig | None = None,
 ) -> GuardCheck:
     """Judge each input as the screen judges one block: texts of a document written in a
     language outside ``languages`` (``steering.guard.languages``; None: every language) and
-    texts with no prose (``InjectionGuard.judges``) are not judged, the rest are scored."""
+    texts with no prose (``InjectionGuard.judges``) are not judged, the rest are scored, and
+    with ``context`` (``steering.guard.context``, when enabled) decided next to the other
+    inputs of their document (``GuardInput.doc``, in input order; ``guard.context``)."""
     report = GuardCheck(str(guard.version), threshold)
     skipped = _not_judged(guard, inputs, languages)
     judged = [item for n, item in enumerate(inputs) if n not in skipped]
@@ -128,7 +139,29 @@ def check_texts(
         report.findings.append(
             GuardFinding(item.where, item.text, p, p >= threshold, window, item.stored)
         )
+    if context is not None and context.enabled:
+        _decide_in_context(guard, inputs, report, context)
     return report
+
+
+def _decide_in_context(
+    guard: InjectionGuard,
+    inputs: Sequence[GuardInput],
+    report: GuardCheck,
+    context: GuardContextConfig,
+) -> None:
+    verdicts = judge_in_context(
+        [item.doc or f"#{n}" for n, item in enumerate(inputs)],
+        [item.text for item in inputs],
+        [None if f.not_judged else f.p_injection for f in report.findings],
+        report.threshold,
+        context,
+        guard.plain_vectors,
+    )
+    for finding, verdict in zip(report.findings, verdicts, strict=True):
+        finding.quarantine = verdict.quarantine
+        finding.reason = verdict.reason
+        finding.fit = None if verdict.fit is None else round(verdict.fit, 4)
 
 
 def _not_judged(

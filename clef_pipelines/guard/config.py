@@ -13,6 +13,43 @@ from clef_pipelines._strict import Mode, StrictModel
 DEFAULT_LANGUAGES = ("en",)
 
 
+class GuardContextConfig(StrictModel):
+    """How the guard reads a block with its document around it (``guard/context.py``)."""
+
+    enabled: bool = Field(
+        True,
+        description=(
+            "Judge each block next to the blocks around it: a block the score flags is kept "
+            "when it is as close to a neighbour as the document's own blocks are (`fit`), and "
+            "a request for a task unlike every neighbour is quarantined (`request_departure`). "
+            "false: the score alone decides."
+        ),
+    )
+    neighbours: int = Field(
+        3, ge=1, le=20, description="Blocks on each side of a block that are its context."
+    )
+    fit: float = Field(
+        0.35,
+        ge=-1,
+        le=1,
+        description=(
+            "Cosine similarity (MiniLM) to the closest neighbour at which a flagged block is "
+            "kept as part of its document (`fits_document`); chosen on the guard's validation "
+            "documents, docs/steering.md gives the figures. 1: never kept."
+        ),
+    )
+    request_departure: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description=(
+            'A request for a task ("Write a script that ...", "Could you ...") whose '
+            "similarity to every neighbour is below this is quarantined as "
+            "`off_topic_request`; 0: requests are judged by the score alone."
+        ),
+    )
+
+
 class GuardConfig(StrictModel):
     """The offline injection guard: a small classifier on MiniLM vectors, no keys needed."""
 
@@ -42,6 +79,11 @@ class GuardConfig(StrictModel):
             "off). An instruction in another language planted in an English document is still "
             "judged."
         ),
+    )
+
+    context: GuardContextConfig = Field(
+        default_factory=GuardContextConfig,
+        description="Judging a block with its document as context (see `guard/context.py`).",
     )
 
     @field_validator("languages")

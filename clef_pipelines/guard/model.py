@@ -369,6 +369,11 @@ class InjectionGuard:
         decoded = deobfuscated(text)
         return decoded is not None and has_prose(decoded)
 
+    def plain_vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-length all-MiniLM-L6-v2 vectors of whole texts (MiniLM as it ships, no tuned
+        layers): what ``guard.context`` compares a block with its neighbours by."""
+        return _MiniLM.embed(texts)
+
     def encoder(self):  # type: ignore[no-untyped-def]
         """MiniLM with this guard's tuned top layers (``GuardEncoder``), built once."""
         with self._encoder_lock:

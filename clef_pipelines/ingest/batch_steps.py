@@ -256,6 +256,8 @@ def sync_batches(
     embedder: Embedder,
     inventory: pl.DataFrame,
     embedded: FrameBatches,
+    *,
+    report: SyncReport | None = None,
 ) -> SyncSummary:
     """Write every batch's chunks into the store and delete what the batch no longer holds,
     under the collection's write lock; then the source's manifest entry and store upkeep.
@@ -263,9 +265,10 @@ def sync_batches(
     `inventory`: the source's inventory (`SYNC_INVENTORY_COLUMNS` suffice); only its new,
     changed, repaired and removed documents are synced. Taken whole and filtered a batch at a
     time, not as a filtered copy: on a first load every document is new, and the copy was the
-    size of the inventory."""
+    size of the inventory. `report`: filled in as the batches are written (see above)."""
     collection = settings.collection_of(settings.source(source))
-    report = SyncReport()
+    # The caller's report, when given, holds what was written even if a batch fails.
+    report = report if report is not None else SyncReport()
     touched = pl.col("status").is_in([*TO_PROCESS, REMOVED])
     touched_batches = inventory.lazy().filter(touched).select(pl.col(BATCH).unique()).collect()
     keys = sorted(set(embedded.keys()) | set(touched_batches[BATCH].to_list()))

@@ -10,6 +10,7 @@ of their records; a partly written new document is REPAIR on the next run and up
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import time
@@ -41,6 +42,8 @@ from clef_pipelines.stores.manifest import ManifestMismatch, check_manifest  # n
 
 #: Test-only fault injection: SIGKILL this process after N upsert batches (the "killed run").
 KILL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_KILL_AFTER_UPSERTS"
+#: Test-only fault injection: fail with ENOSPC (a full disk) after N upsert batches.
+FAIL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_FAIL_AFTER_UPSERTS"
 
 #: The inventory columns the sync reads (`confirm_new_documents`, `sync_batch`, the batch
 #: split, and the removed-documents check): the sync step loads these alone, since a first
@@ -194,11 +197,63 @@ def _record_batches(frame: pl.DataFrame, batch_rows: int) -> Iterator[list[dict[
         yield records
 
 
-#: Changed documents per delete when their stored rows are replaced.
-_REPLACED_DOCS_PER_DELETE = 500
+#: Restated (changed, repaired, rescreened) documents per scan of their stored ids.
+_RESTATED_DOCS_PER_SCAN = 500
 
 #: Document ids per `count` when checking that new documents have no stored records.
 _CONFIRM_CHUNK = 1000
+
+
+#: Stale record ids per delete once a group's new chunks are written.
+_STALE_IDS_PER_DELETE = 1000
+
+
+def _stored_ids(
+    store: VectorStore, collection: str, source: str, doc_ids: list[str]
+) -> dict[str, int]:
+    """The ids the store holds for these documents of `source`, each with how often.
+
+    An id stored twice (an insert repeated by an older sync) is deleted here, before any
+    write: an upsert by id then has one row to replace, and a later delete of it as stale
+    would not leave its twin behind. Only such duplicates can go missing for a moment."""
+    counts: dict[str, int] = {}
+    for start in range(0, len(doc_ids), _RESTATED_DOCS_PER_SCAN):
+        where = {
+            "source": source,
+            "doc_id": {"in": doc_ids[start : start + _RESTATED_DOCS_PER_SCAN]},
+        }
+        for r in store.scan(collection, where=where, fields=[]):
+            counts[r["id"]] = counts.get(r["id"], 0) + 1
+    twice = [i for i, n in counts.items() if n > 1]
+    for start in range(0, len(twice), _STALE_IDS_PER_DELETE):
+        store.delete(
+            collection, ids=twice[start : start + _STALE_IDS_PER_DELETE], where={"source": source}
+        )
+    for i in twice:
+        del counts[i]
+    return counts
+
+
+WriteFn = Callable[[str, list[dict[str, Any]]], int]
+
+
+def _write_parts(
+    store: VectorStore, inventory: pl.DataFrame, embedded: pl.DataFrame, stored: set[str]
+) -> list[tuple[WriteFn, pl.DataFrame]]:
+    """How the batch's chunks are written: appended (`VectorStore.insert`) when their ids are
+    not stored, upserted when they are (an unchanged text of a restated document, whose
+    payload, e.g. its position or document hash, may differ), and upserted when the
+    inventory did not mark their document (looked up by id, as before)."""
+    # (A batch with removals only may come as a frame without columns.)
+    if not embedded.height:
+        return []
+    replaced = inventory.filter(pl.col("status").is_in([NEW, CHANGED, REPAIR, RESCREEN]))
+    appended = embedded["doc_id"].is_in(replaced["doc_id"].implode())
+    if stored:
+        appended = appended & ~embedded["id"].is_in(pl.Series(list(stored), dtype=pl.String))
+    if appended.all():  # no copy of the frame
+        return [(store.insert, embedded)]
+    return [(store.insert, embedded.filter(appended)), (store.upsert, embedded.filter(~appended))]
 
 
 def confirm_new_documents(
@@ -288,7 +343,8 @@ def sync_batch(
     returns whether the store was touched. Call `finish_sync` once after the last batch.
 
     The chunks of NEW documents are appended (`VectorStore.insert`); changed, repaired and
-    rescreened documents have their stored rows deleted, then are appended too. The caller
+    rescreened documents get their current chunks written first (appended, or upserted where
+    the id is stored), then their stale rows deleted by id. The caller
     passes an inventory that `confirm_new_documents` checked against the store under the
     collection's lock, before the sync's first write."""
     to_remove = inventory.filter(pl.col("status") == REMOVED)["doc_id"].to_list()
@@ -302,47 +358,28 @@ def sync_batch(
         collection_spec(collection, embedder, embedded, text_language=text_language)
     )
 
-    # Changed, repaired and rescreened documents are replaced whole: their stored rows are
-    # deleted, then their current chunks appended with the new documents' chunks. An upsert
-    # by id (LanceDB's merge_insert) joins against the whole table on every write, so a 1%
-    # refresh of a large source cost seconds a write; a delete by `doc_id` (indexed) and an
-    # append do not. One delete per group of documents, not one per document: every delete is
-    # a store write (a LanceDB version, a Postgres statement). A run killed between the delete
-    # and the append leaves those documents with no rows or an incomplete set, which the next
-    # run's inventory marks NEW or REPAIR, so a rerun repairs it. A document that now yields no
+    # Changed, repaired and rescreened documents are replaced in place, never emptied: their
+    # current chunks are written first (an id the store holds already, i.e. an unchanged text
+    # of the document, is upserted; the rest appended), and only then are their stale rows
+    # (stored ids not among the current ones) deleted by id. So a query during a refresh sees
+    # every such document, with its old chunks, its new ones or both, never with none. Ids are
+    # content-derived (`records.record_id`), so old and new sets may share ids: only ids not in
+    # the new set are deleted. A run killed between the writes and the deletes leaves
+    # documents whose rows carry two hashes, which the next inventory marks REPAIR; that run
+    # finds the stale rows the same way and removes them. A document that now yields no
     # chunks at all keeps none.
     restated = (
         sorted(set(inventory.filter(pl.col("status").is_in([CHANGED, REPAIR, RESCREEN]))["doc_id"]))
         if embedded.height
         else []
     )
-    for start in range(0, len(restated), _REPLACED_DOCS_PER_DELETE):
-        group = restated[start : start + _REPLACED_DOCS_PER_DELETE]
-        where = {"source": source, "doc_id": {"in": group}}
-        current = set(embedded.filter(pl.col("doc_id").is_in(group))["id"])
-        stored = [r["id"] for r in store.scan(collection, where=where, fields=[])]
-        if stored:
-            store.delete(collection, where=where)
-            # What the report calls stale: stored rows the documents no longer hold.
-            report.deleted_stale += sum(1 for i in stored if i not in current)
+    stored = _stored_ids(store, collection, source, restated)
 
     kill_after = int(os.environ.get(KILL_AFTER_UPSERTS_ENV, "0") or 0)
+    fail_after = int(os.environ.get(FAIL_AFTER_UPSERTS_ENV, "0") or 0)
     done_before = report.upserted
     total = embedded.height
-    # (A batch with removals only may come as a frame without columns.)
-    if embedded.height:
-        replaced = inventory.filter(pl.col("status").is_in([NEW, CHANGED, REPAIR, RESCREEN]))
-        appended = embedded["doc_id"].is_in(replaced["doc_id"].implode())
-        if appended.all():  # no copy of the frame
-            parts = [(store.insert, embedded)]
-        else:  # (chunks of a document the inventory did not mark: looked up by id, as before)
-            parts = [
-                (store.insert, embedded.filter(appended)),
-                (store.upsert, embedded.filter(~appended)),
-            ]
-    else:
-        parts = []
-    for write, part in parts:
+    for write, part in _write_parts(store, inventory, embedded, set(stored)):
         for batch in _record_batches(part, batch_rows):
             report.upserted += write(collection, batch)
             report.upsert_batches += 1
@@ -350,7 +387,19 @@ def sync_batch(
                 progress(report.upserted - done_before, total)
             if kill_after and report.upsert_batches >= kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if fail_after and report.upsert_batches >= fail_after:
+                raise OSError(errno.ENOSPC, "No space left on device (fault injected)")
     report.documents_synced += embedded["doc_id"].n_unique() if embedded.height else 0
+
+    if stored:
+        current = set(embedded["id"])
+        stale = [i for i in stored if i not in current]
+        for start in range(0, len(stale), _STALE_IDS_PER_DELETE):
+            report.deleted_stale += store.delete(
+                collection,
+                ids=stale[start : start + _STALE_IDS_PER_DELETE],
+                where={"source": source},
+            )
 
     for start in range(0, len(to_remove), 500):
         part = to_remove[start : start + 500]

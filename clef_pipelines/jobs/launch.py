@@ -181,6 +181,19 @@ def run_config(
     }
 
 
+def _check_lancedb_tables(settings: Settings, sources: list[str]) -> None:
+    """Refuse, in one line (`DamagedTable`), to run into a LanceDB table whose files are
+    damaged: from metadata alone (`stores.lancedb_health`), before any step, where the
+    failure would otherwise surface as a step's traceback from Lance's runtime."""
+    if settings.store.kind != "lancedb":
+        return
+    from clef_pipelines.stores.factory import lancedb_path
+    from clef_pipelines.stores.lancedb_health import check_tables
+
+    names = {settings.collection_of(settings.source(name)) for name in sources}
+    check_tables(lancedb_path(settings.store, settings.data_path), names)
+
+
 def run_ingestion(
     settings: Settings,
     sources: list[str],
@@ -203,6 +216,7 @@ def run_ingestion(
     """
     settings = with_eval_sources(settings)
     ensure_dagster_home(settings)
+    _check_lancedb_tables(settings, sources)
     partitioned = settings.model_copy(
         update={"sources": [s for s in settings.sources if s.name not in adhoc]}
     )

@@ -112,6 +112,9 @@ class IngestSummary:
     #: Paragraphs the guard left to Clef, by their document's language
     #: (`steering.guard.languages`) and `no-prose` (no sentence for it to judge).
     guard_not_judged: dict[str, int]
+    #: What the guard decided with each block's page as context (`steering.guard.context`):
+    #: `fits_document` (kept although its score flags it), `off_topic_request` (quarantined).
+    guard_context: dict[str, int]
     #: The screen's quarantine of this run (`quarantine_of`); None when the screen did not run.
     quarantine: dict[str, Any] | None
     chunks: int | None
@@ -161,6 +164,7 @@ class IngestSummary:
             settings_changed=settings_change(docs.get("settings_changed")),
             screened=screened,
             guard_not_judged=dict((screen or {}).get("guard_not_judged") or {}),
+            guard_context=dict((screen or {}).get("guard_context") or {}),
             quarantine=quarantine_of(screen),
             chunks=chunks.get("chunks"),
             tokens=chunks.get("tokens"),
@@ -204,6 +208,9 @@ class SourceRunReport:
     check_facts: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
     status: str = ""
+    #: What a failed step recorded with its failure (`dg.Failure` metadata), by asset name:
+    #: the sync's figures up to the failure.
+    failed_steps: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_run(
@@ -224,14 +231,22 @@ class SourceRunReport:
                 report.check_facts[name] = {
                     k: plain_value(v) for k, v in (check.metadata or {}).items()
                 }
-            elif event.event_type_value == "STEP_FAILURE" and report.error is None:
-                report.error = root_message(event.event_specific_data.error)  # type: ignore[union-attr]
+            elif event.event_type_value == "STEP_FAILURE":
+                data = event.event_specific_data
+                if report.error is None:
+                    report.error = root_message(data.error)  # type: ignore[union-attr]
+                failure = getattr(data, "user_failure_data", None)
+                if failure is not None and failure.metadata and event.step_key:
+                    report.failed_steps[event.step_key.split("__")[-1]] = {
+                        k: plain_value(v) for k, v in failure.metadata.items()
+                    }
         return report
 
     @cached_property
     def summary(self) -> IngestSummary:
         """The ingestion run's figures, typed (see `IngestSummary`)."""
-        return IngestSummary.from_assets(self.assets)
+        # A failed sync's figures stand for the sync when it did not materialise.
+        return IngestSummary.from_assets({**self.failed_steps, **self.assets})
 
     @property
     def eval_report_json(self) -> str | None:
@@ -249,4 +264,5 @@ class SourceRunReport:
             "assets": self.assets,
             "checks": self.checks,
             "check_facts": self.check_facts,
+            "failed_steps": self.failed_steps,
         }

@@ -41,10 +41,12 @@ def _style_kind(style: str) -> tuple[BlockKind, int]:
     return "paragraph", 0
 
 
-def _table_text(table: Any) -> str:
+def _table_text(table: Any, entities: dict[str, str]) -> str:
     rows = []
     for row in table.rows:
-        rows.append([" ".join(c.text.split()).replace("|", "\\|") for c in row.cells])
+        rows.append(
+            [" ".join(_cell_text(c, entities).split()).replace("|", "\\|") for c in row.cells]
+        )
     lines = ["| " + " | ".join(r) + " |" for r in rows]
     if len(lines) > 1:
         lines.insert(1, "| " + " | ".join("---" for _ in rows[0]) + " |")
@@ -70,24 +72,58 @@ def _w(tag: str) -> str:
 
 _W_NS = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 _P, _TBL, _R, _HYPERLINK = _w("p"), _w("tbl"), _w("r"), _w("hyperlink")
-_PPR, _PSTYLE, _VAL = _w("pPr"), _w("pStyle"), _w("val")
+_PPR, _PSTYLE, _VAL, _T = _w("pPr"), _w("pStyle"), _w("val"), _w("t")
 #: What `CT_R.text` joins (python-docx's element classes give each its text with `str`).
 _RUN_PARTS = frozenset(_w(t) for t in ("br", "cr", "noBreakHyphen", "ptab", "t", "tab"))
 
 
-def _run_text(run: Any) -> str:
-    return "".join(str(e) for e in run if e.tag in _RUN_PARTS)
+def _internal_entities(document: Any) -> dict[str, str]:
+    """The entities the part's internal DTD declares, name -> replacement text (Word never
+    writes a DTD; a crafted or converted file may). External entities are not read."""
+    dtd = document.element.getroottree().docinfo.internalDTD
+    if dtd is None:
+        return {}
+    return {e.name: e.content for e in dtd.iterentities() if e.content is not None}
 
 
-def _paragraph_text(p: Any) -> str:
+def _t_text(t: Any, entities: dict[str, str]) -> str:
+    """A ``w:t``'s text with its entity references in place. python-docx's parser leaves
+    entities unresolved (an XML bomb never expands), and `str(CT_Text)` returns only the
+    text before the first one: the rest of the run was lost without a word. A declared
+    internal entity becomes its replacement text (one level, never expanded further); any
+    other stays as written (``&name;``)."""
+    if not len(t):
+        return t.text or ""
+    from lxml import etree  # (python-docx's own parser; only here, where a child is found)
+
+    parts = [t.text or ""]
+    for child in t:
+        if isinstance(child, etree._Entity):
+            parts.append(entities.get(child.name, child.text or ""))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def _run_text(run: Any, entities: dict[str, str]) -> str:
+    return "".join(
+        _t_text(e, entities) if e.tag == _T else str(e) for e in run if e.tag in _RUN_PARTS
+    )
+
+
+def _paragraph_text(p: Any, entities: dict[str, str]) -> str:
     """`Paragraph.text` (runs and hyperlinks' runs, in order) in one pass over the children."""
     parts: list[str] = []
     for child in p:
         if child.tag == _R:
-            parts.append(_run_text(child))
+            parts.append(_run_text(child, entities))
         elif child.tag == _HYPERLINK:
-            parts.extend(_run_text(r) for r in child if r.tag == _R)
+            parts.extend(_run_text(r, entities) for r in child if r.tag == _R)
     return "".join(parts)
+
+
+def _cell_text(cell: Any, entities: dict[str, str]) -> str:
+    """`_Cell.text` (its paragraphs, a line each), with `_paragraph_text`'s entity care."""
+    return "\n".join(_paragraph_text(p, entities) for p in cell._tc.iterchildren(_P))
 
 
 def _style_id(p: Any) -> str | None:
@@ -119,18 +155,19 @@ def parse_docx(
         raise ParseError("malformed", f"{name}: not a readable DOCX ({exc})") from exc
 
     styles, default_style = _paragraph_styles(document)
+    entities = _internal_entities(document)
     items: list[tuple[BlockKind, int, str]] = []
     body = document.element.body
     for el in body.iterchildren():
         if el.tag == _P:
-            text = _paragraph_text(el).strip()
+            text = _paragraph_text(el, entities).strip()
             if text:
                 sid = _style_id(el)
                 style = styles.get(sid, default_style) if sid is not None else default_style
                 kind, level = _style_kind(style)
                 items.append((kind, level, text))
         elif el.tag == _TBL:
-            text = _table_text(Table(el, document))
+            text = _table_text(Table(el, document), entities)
             if text.strip():
                 items.append(("table", 0, text))
 

@@ -314,6 +314,9 @@ def _jsonl_entry(
     if not isinstance(text, str):
         what = "no 'text' field" if text is None else "'text' must be a string"
         return failed(ParseError("malformed", f"{where}: {what} (id {doc_id!r})"), doc_id)
+    # A text read from a file with a byte-order mark and exported as it was keeps the mark as
+    # its first character: it is not content, and offsets would count it (shifted by one).
+    text = text.removeprefix("\ufeff")
     fmt = record.get("format", "txt")
     if fmt not in _RECORD_FORMATS:
         return failed(

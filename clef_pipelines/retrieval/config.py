@@ -12,9 +12,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from clef_pipelines._strict import StrictModel
+from clef_pipelines._strict import Mode, OnOff, StrictModel
 
-Mode = Literal["on", "shadow", "off"]
 #: How recall finds candidates: nearest vectors, full-text matches, or both fused.
 RecallMode = Literal["vector", "text", "hybrid"]
 
@@ -97,7 +96,7 @@ class ClassifyConfig(StrictModel):
 class SelectConfig(StrictModel):
     """Turn passage probabilities into the kept set."""
 
-    mode: Literal["on", "off"] = Field("on", description="off: vector order, max_passages.")
+    mode: OnOff = Field("on", description="off: vector order, max_passages.")
     strategy: Literal["rank", "threshold"] = Field(
         "rank",
         description="rank: drop injections, mark conflicts, order by evidence then vector "
@@ -147,7 +146,7 @@ class SelectConfig(StrictModel):
 class CompactConfig(StrictModel):
     """Fill an optional token budget with the best passages; text is never rewritten."""
 
-    mode: Literal["on", "off"] = "on"
+    mode: OnOff = "on"
     token_budget: int | None = Field(
         None, ge=1, description="Tokens of passage text sent to the LLM at most; None: no cap."
     )

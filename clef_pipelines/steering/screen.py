@@ -27,6 +27,12 @@ import polars as pl
 
 from clef_pipelines.clef.wire import ChoiceAnswer
 from clef_pipelines.config import ChunkingConfig
+from clef_pipelines.guard.context import (
+    FITS_DOCUMENT,
+    OFF_TOPIC_REQUEST,
+    ContextVerdict,
+    judge_in_context,
+)
 from clef_pipelines.guard.language import document_languages
 from clef_pipelines.guard.prose import NO_PROSE
 from clef_pipelines.parsing.models import is_screenable
@@ -78,6 +84,9 @@ class ScreenReport:
     #: Paragraphs the guard left to Clef: by their document's language (guard.languages), and
     #: under `no-prose` those with no sentence for it to judge (`InjectionGuard.judges`).
     guard_not_judged: dict[str, int] = field(default_factory=dict)
+    #: The guard's decisions with the document as context (`steering.guard.context`):
+    #: `fits_document` (kept although the score flags it), `off_topic_request` (quarantined).
+    guard_context: dict[str, int] = field(default_factory=dict)
     judges: str = "either"
     requests: int = 0
     input_tokens: int = 0
@@ -136,6 +145,8 @@ class _Judged:
     p_guard: dict[int, float] = field(default_factory=dict)
     language: dict[int, str] = field(default_factory=dict)
     guard_threshold: float = 1.0
+    #: The guard's verdict with each block's document as context, where it was read.
+    guard_context: dict[int, ContextVerdict] = field(default_factory=dict)
 
 
 def screen_blocks(
@@ -263,6 +274,36 @@ def _ask_guard(
     scores = steering.guard_scores([texts[i] for i in asked])
     if scores is not None:
         judged.p_guard = {i: float(s) for i, s in zip(asked, scores, strict=True)}
+    embed = getattr(guard, "plain_vectors", None)
+    if cfg.guard.context.enabled and embed is not None and judged.p_guard:
+        _read_context(judged, blocks, screenable, texts, cfg.guard.context, embed, rep)
+
+
+def _read_context(
+    judged: _Judged,
+    blocks: pl.DataFrame,
+    screenable: list[int],
+    texts: list[str],
+    context: Any,
+    embed: Any,
+    rep: ScreenReport,
+) -> None:
+    """The guard's verdicts with each block's document as context (`guard.context`): the
+    screenable blocks of a document, in reading order, are each other's neighbours."""
+    doc_ids = blocks["doc_id"].to_list()
+    verdicts = judge_in_context(
+        [str(doc_ids[i]) for i in screenable],
+        [texts[i] for i in screenable],
+        [judged.p_guard.get(i) for i in screenable],
+        judged.guard_threshold,
+        context,
+        embed,
+    )
+    judged.guard_context = {
+        i: v for i, v in zip(screenable, verdicts, strict=True) if i in judged.p_guard
+    }
+    counted = Counter(v.reason for v in verdicts if v.reason in (FITS_DOCUMENT, OFF_TOPIC_REQUEST))
+    rep.guard_context = dict(sorted(counted.items()))
 
 
 def _decide_blocks(
@@ -304,13 +345,23 @@ def _decide_block(i: int, judged: _Judged, steering: Steering) -> tuple[str, str
         ran["clef"] = p_ai[i] >= cfg.screen.quarantine_instructs_ai_at
         if clef_on:
             acting["clef"] = ran["clef"]
+    verdict = judged.guard_context.get(i)
     if i in p_guard:
-        ran["guard"] = p_guard[i] >= judged.guard_threshold
+        ran["guard"] = (
+            verdict.quarantine if verdict is not None else p_guard[i] >= judged.guard_threshold
+        )
         if cfg.guard.mode == "on":
             acting["guard"] = ran["guard"]
     boiler = i in p_boiler and p_boiler[i] >= cfg.screen.drop_boilerplate_at
     decision, by, reason = _decide(ran, boiler, cfg.screen.judges, p_ai.get(i), p_boiler.get(i))
     action, _, _ = _decide(acting, boiler and clef_on, cfg.screen.judges, None, None)
+    if verdict is not None and verdict.reason in (FITS_DOCUMENT, OFF_TOPIC_REQUEST):
+        # Said where the guard's context decided: why it quarantined a request that scored
+        # low, or kept a block that scored high.
+        if decision == QUARANTINE and by == "guard" and verdict.reason == OFF_TOPIC_REQUEST:
+            reason = OFF_TOPIC_REQUEST
+        elif decision != QUARANTINE and verdict.reason == FITS_DOCUMENT:
+            reason = FITS_DOCUMENT
     return decision, action, by, reason
 
 

@@ -200,6 +200,16 @@ class VectorStore(ABC):
         may call it to keep queries fast. Returns what was done."""
         return {"text_index": "maintained on write"}
 
+    def complete_indexes(self, collection: str) -> dict[str, Any]:
+        """Find index upkeep an interrupted run left undone and finish it: compare what the
+        scalar and full-text indexes cover with the table, and fold in the rows they miss (or
+        build an index that is missing). Nothing when coverage is complete. Called by a run
+        that has nothing else to write (every document unchanged), since a run killed, or out
+        of disk, during its upkeep leaves rows no index covers and the rerun writes nothing
+        that would trigger one. Returns what was found and done; {} where the engine indexes
+        every write as it happens (Qdrant, PostgreSQL)."""
+        return {}
+
     @abstractmethod
     def get_manifest(self, collection: str) -> dict[str, Any] | None: ...
 

@@ -17,6 +17,11 @@ def _under(data_dir: pathlib.Path, path: str | None, default: str) -> pathlib.Pa
     return p if p.is_absolute() else pathlib.Path(data_dir) / p
 
 
+def lancedb_path(config: StoreConfig, data_dir: pathlib.Path) -> pathlib.Path:
+    """The folder LanceDB tables of these settings live in."""
+    return _under(data_dir, config.lancedb.path, "lancedb")
+
+
 _MEMORY_STORE: VectorStore | None = None
 
 
@@ -45,7 +50,7 @@ def open_store(
 
         c = config.lancedb
         return LanceDBStore(
-            _under(data_dir, c.path, "lancedb"),
+            lancedb_path(config, data_dir),
             index_threshold=c.index_threshold,
             index_type=c.index_type,
             nprobes=c.nprobes,

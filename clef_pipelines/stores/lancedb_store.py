@@ -391,9 +391,20 @@ class LanceDBStore(VectorStore):
     def _table(self, name: str) -> Any:
         t = self._tables.get(name)
         if t is None:
-            t = self._db.open_table(name)
+            try:
+                t = self._db.open_table(name)
+            except ValueError:
+                # LanceDB says "Table was not found" of a folder whose manifests are gone:
+                # name the damage and the way out instead.
+                self._raise_if_damaged(name)
+                raise
             self._tables[name] = t
         return t
+
+    def _raise_if_damaged(self, name: str) -> None:
+        from clef_pipelines.stores.lancedb_health import check_tables
+
+        check_tables(self.path, [name])
 
     @staticmethod
     def _schema(spec: CollectionSpec) -> pa.Schema:
@@ -679,6 +690,40 @@ class LanceDBStore(VectorStore):
             "text_unindexed_rows": int(getattr(stats, "num_unindexed_rows", 0) or 0),
         }
 
+    def _uncovered(self, t: Any) -> dict[str, int]:
+        """Per scalar or full-text index, the table's rows it does not cover (only those
+        with some): Lance's own statistics, against the table as it is now."""
+        out: dict[str, int] = {}
+        for ix in t.list_indices():
+            if "vector" in ix.columns:  # the ANN index is the index step's (`build_indexes`)
+                continue
+            unindexed = int(getattr(t.index_stats(ix.name), "num_unindexed_rows", 0) or 0)
+            if unindexed:
+                out[ix.name] = unindexed
+        return out
+
+    def complete_indexes(self, collection: str) -> dict[str, Any]:
+        spec = self.get_spec(collection)
+        done: dict[str, Any] = {}
+        with self._lock:
+            t = self._table(collection)
+            made = self._ensure_scalar_indexes(spec)
+            if self._ensure_fts_index(spec):
+                made.append(_TEXT)
+            if made:
+                done["indexes_built"] = made
+            uncovered = self._uncovered(t)
+            if uncovered:
+                # What an upkeep cut short left (disk full, a kill): the same upkeep, again.
+                self._optimize(collection)
+                done["rows_folded_in"] = uncovered
+                left = self._uncovered(self._table(collection))
+                if left:
+                    raise StoreError(
+                        f"collection {collection!r}: indexes still miss rows after upkeep: {left}"
+                    )
+        return done
+
     def _build_vector_index(self, spec: CollectionSpec) -> str:
         t = self._table(spec.name)
         config = vector_index_config(self.index_type, t.count_rows(), spec.dimension, spec.metric)
@@ -835,6 +880,8 @@ class LanceDBStore(VectorStore):
             started = time.perf_counter()
             done.update(self.ensure_text_index(collection))
             done["text_index_s"] = round(time.perf_counter() - started, 3)
+        # The scalar indexes too: an upkeep cut short may have left rows outside them.
+        done.update(self.complete_indexes(collection))
         done.update(self.index_status(collection))
         return done
 

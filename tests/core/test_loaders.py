@@ -264,3 +264,95 @@ def test_parse_error_pickles_with_reason() -> None:
 
     err = pickle.loads(pickle.dumps(ParseError("binary", "x.bin: binary")))
     assert err.reason == "binary" and str(err) == "x.bin: binary"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_utf16_and_utf32_with_a_bom_decode(tmp_path: Path, encoding: str) -> None:
+    """Text that is half NUL bytes is not `binary` when a byte-order mark says what it is."""
+    text = "# Northwind Guide\n\nSync keeps folders in step: café.\n"
+    f = tmp_path / "wide.md"
+    bom = {"utf-16-be": b"\xfe\xff"}.get(encoding, b"")  # (utf-16 and utf-32 write their own)
+    f.write_bytes(bom + text.encode(encoding))
+    doc = load_file(f)
+    assert doc.text == text
+    p = parse_document(doc)[1]
+    assert doc.text[p.char_start : p.char_end] == "Sync keeps folders in step: café."
+    # Without the mark, NUL bytes are still a binary file.
+    f.write_bytes(text.encode("utf-16-le"))
+    with pytest.raises(ParseError) as info:
+        load_file(f)
+    assert info.value.reason == "binary"
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "first"),
+    [
+        ("a.txt", "Hello world.\n\nSecond paragraph.\n", "Hello world."),
+        ("a.md", "# Title\n\nSome text.\n", "Some text."),
+        ("a.rst", "Title\n=====\n\nSome text.\n", "Some text."),
+        ("a.html", "<html><body><h1>Title</h1><p>Some text.</p></body></html>", "Some text."),
+    ],
+)
+def test_a_utf8_bom_shifts_no_offset(tmp_path: Path, name: str, body: str, first: str) -> None:
+    """Offsets are those of the text without the mark, in every text format."""
+    f = tmp_path / name
+    f.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    doc = load_file(f)
+    assert doc.text == body
+    block = next(b for b in parse_document(doc) if b.text == first)
+    assert (block.char_start, block.char_end) == (body.index(first), body.index(first) + len(first))
+
+
+def _docx_with_entity(path: Path, entity_decl: str) -> None:
+    """A .docx whose body text uses the entity ``&corp;``, with `entity_decl` as its DTD."""
+    import io
+    import zipfile
+
+    docx = pytest.importorskip("docx")
+    d = docx.Document()
+    d.add_paragraph("Hello XENTX world after it.")
+    t = d.add_table(rows=1, cols=2)
+    t.cell(0, 0).text, t.cell(0, 1).text = "cell XENTX tail", "x"
+    buf = io.BytesIO()
+    d.save(buf)
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as zin, zipfile.ZipFile(out, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename == "word/document.xml":
+                head, rest = data.decode().split("?>", 1)
+                data = f"{head}?>{entity_decl}{rest}".replace("XENTX", "&corp;").encode()
+            zout.writestr(item, data)
+    path.write_bytes(out.getvalue())
+
+
+def test_docx_text_after_an_entity_is_kept(tmp_path: Path) -> None:
+    """python-docx leaves entity references unresolved and its text stopped at the first one:
+    the rest of the run was dropped. A declared internal entity is its text; the text after
+    it is kept."""
+    path = tmp_path / "entity.docx"
+    _docx_with_entity(path, '<!DOCTYPE w:document [<!ENTITY corp "Northwind">]>')
+    blocks = parse_document(load_file(path))
+    assert [b.text for b in blocks] == [
+        "Hello Northwind world after it.",
+        "| cell Northwind tail | x |",
+    ]
+    # An external entity is never read (no XXE): it stays as written, and the text after it too.
+    _docx_with_entity(path, '<!DOCTYPE w:document [<!ENTITY corp SYSTEM "file:///etc/hostname">]>')
+    blocks = parse_document(load_file(path))
+    assert blocks[0].text == "Hello &corp; world after it."
+
+
+def test_a_bom_opening_a_jsonl_text_is_dropped(tmp_path: Path) -> None:
+    """A JSONL text that starts with U+FEFF (a file's mark exported as it was): the mark is
+    not content, and offsets count from the first character after it."""
+    f = tmp_path / "docs.jsonl"
+    body = "BOM inside text.\n\nMore here."
+    f.write_bytes(
+        b"\xef\xbb\xbf" + (json.dumps({"id": "b", "text": "\ufeff" + body}) + "\n").encode()
+    )
+    (entry,) = _entries(f).values()
+    doc = entry.load(ParsingConfig())
+    assert doc.text == body
+    first = parse_document(doc)[0]
+    assert (first.char_start, first.char_end, first.text) == (0, 16, "BOM inside text.")

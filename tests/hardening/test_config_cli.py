@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 import stat
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from clef_pipelines.cli.main import app
-from clef_pipelines.config import ConfigError, load_settings
+from clef_pipelines.config import ConfigError, Settings, load_settings
 from tests.ingest.conftest import make_workspace
 
 runner = CliRunner()
@@ -54,6 +56,52 @@ def test_yaml_off_is_the_off_backend(tmp_path: Path) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text("clef:\n  backend: off\n")
     assert load_settings(cfg).clef.backend == "off"
+
+
+def _switch_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every setting (dotted path) whose choices are `on` / `off` (with or without `shadow`),
+    found by walking the settings models, so a switch added later is covered too."""
+    out: list[tuple[str, ...]] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        inner = [a for a in typing.get_args(ann) if isinstance(a, type)] or [ann]
+        sub = next((a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if sub is not None:
+            out += _switch_paths(sub, (*prefix, name))
+        elif typing.get_origin(ann) is typing.Literal and {"on", "off"} <= set(
+            typing.get_args(ann)
+        ):
+            out.append((*prefix, name))
+    return out
+
+
+def _nested_yaml(path: tuple[str, ...], word: str) -> str:
+    return "".join(f"{'  ' * i}{key}:\n" for i, key in enumerate(path[:-1])) + (
+        f"{'  ' * (len(path) - 1)}{path[-1]}: {word}\n"
+    )
+
+
+SWITCHES = _switch_paths(Settings)
+
+
+def test_every_on_off_setting_takes_unquoted_yaml_booleans(tmp_path: Path) -> None:
+    """`mode: on` / `mode: off` unquoted (YAML 1.1 booleans) are the words they were written as,
+    in every setting that takes them; anything else is still refused with the choices."""
+    assert ("steering", "guard", "mode") in SWITCHES and len(SWITCHES) >= 8, SWITCHES
+    cfg = tmp_path / "c.yaml"
+    for path in SWITCHES:
+        for word, expected in (("on", "on"), ("off", "off"), ("yes", "on"), ("no", "off")):
+            cfg.write_text(_nested_yaml(path, word))
+            value: object = load_settings(cfg)
+            for key in path:
+                value = getattr(value, key)
+            assert value == expected, (path, word)
+    cfg.write_text(_nested_yaml(("steering", "guard", "mode"), "2"))
+    with pytest.raises(ConfigError, match="steering.guard.mode"):
+        load_settings(cfg)
+    cfg.write_text("clef:\n  backend: on\n")  # no `on` backend: still refused
+    with pytest.raises(ConfigError, match="clef.backend"):
+        load_settings(cfg)
 
 
 def test_missing_source_and_long_collection_are_one_line(

@@ -130,7 +130,7 @@ def test_another_sources_documents_are_not_touched(store: LanceDBStore) -> None:
     assert stored_ids(store, "b") == Counter(theirs["id"].to_list())
 
 
-def test_changed_documents_are_replaced_by_grouped_deletes_and_appends(
+def test_changed_documents_are_written_before_their_stale_chunks_go(
     store: LanceDBStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from clef_pipelines.ingest import sync as sync_module
@@ -147,13 +147,14 @@ def test_changed_documents_are_replaced_by_grouped_deletes_and_appends(
 
     after = {"d1": ["kept one", "new one"], "d2": ["new two"], "d3": ["kept three"]}
     changed = dict.fromkeys(["d1", "d2", "d3", "d4"], CHANGED)
-    monkeypatch.setattr(sync_module, "_REPLACED_DOCS_PER_DELETE", 3)
+    monkeypatch.setattr(sync_module, "_STALE_IDS_PER_DELETE", 3)
     calls: list[tuple[str, object]] = []
     for name in ("delete", "insert", "upsert"):
         real = getattr(store, name)
 
         def counted(collection: str, *args, _real=real, _name=name, **kwargs):  # type: ignore[no-untyped-def]
-            calls.append((_name, kwargs.get("where")))
+            ids = kwargs.get("ids") if _name == "delete" else [r["id"] for r in args[0]]
+            calls.append((_name, ids))
             return _real(collection, *args, **kwargs)
 
         setattr(store, name, counted)
@@ -168,12 +169,16 @@ def test_changed_documents_are_replaced_by_grouped_deletes_and_appends(
         batch_rows=2,
     )
 
-    # Four changed documents, three a delete: two deletes before any write, not one per
-    # document; then every current chunk appended, nothing looked up by id.
-    deletes = [where for name, where in calls if name == "delete"]
-    assert [w["doc_id"]["in"] for w in deletes] == [["d1", "d2", "d3"], ["d4"]]  # type: ignore[index]
-    assert [name for name, _ in calls[:2]] == ["delete", "delete"]
-    assert {name for name, _ in calls[2:]} == {"insert"}
+    # Every current chunk is written before anything is deleted: new texts appended, the two
+    # kept texts (ids the store holds) upserted; then the stale ids deleted, three a delete.
+    names = [name for name, _ in calls]
+    first_delete = names.index("delete")
+    assert set(names[:first_delete]) == {"insert", "upsert"}
+    assert set(names[first_delete:]) == {"delete"}
+    assert [len(ids) for name, ids in calls if name == "delete"] == [3, 2]  # type: ignore[arg-type]
+    kept = chunks("a", after, doc_hash="h2").filter(pl.col("text").str.starts_with("kept"))
+    upserted = [i for name, ids in calls if name == "upsert" for i in ids]  # type: ignore[union-attr]
+    assert sorted(upserted) == sorted(kept["id"])
     # Stale: old one, old two, old three a and b, old four (not the two kept chunks).
     assert report.deleted_stale == 5
     expected = chunks("a", {**after, "d5": before["d5"]}, doc_hash="h2")
@@ -184,3 +189,45 @@ def test_changed_documents_are_replaced_by_grouped_deletes_and_appends(
     assert stored[kept]["doc_hash"] == "h2"
     # The other source's record with the same document id and text is untouched.
     assert stored_ids(store, "b") == Counter(chunks("b", {"d1": ["old one"]})["id"].to_list())
+
+
+def test_a_refresh_of_many_documents_never_hides_one(tmp_path: Path) -> None:
+    """A real LanceDB table refreshed in many write batches: after every write, every
+    document that exists before and after the refresh is in the table."""
+    from tests.stores.refresh import watched_refresh
+
+    missing = watched_refresh(LanceDBStore(tmp_path / "many"), 400, batch_rows=32)
+    assert len(missing) > 20 and max(missing) == 0, missing
+
+
+class _CrashBeforeDeletes(Exception):
+    """The run dies between the sync's writes and its deletes."""
+
+
+def test_a_run_killed_between_write_and_delete_is_repaired_by_the_rerun(
+    store: LanceDBStore,
+) -> None:
+    """New chunks written, stale ones not yet deleted: the next inventory sees the document as
+    incomplete (two hashes), and its sync finds the stale chunks and removes them."""
+    from clef_pipelines.ingest.documents import stored_document_facts
+
+    before = {"d1": ["kept", "old a", "old b"], "d2": ["untouched"]}
+    sync(store, "a", inventory("a", dict.fromkeys(before, NEW)), chunks("a", before))
+    after = chunks("a", {"d1": ["kept", "new a"]}, doc_hash="h2")
+    real_delete = store.delete
+
+    def crash(*args: object, **kwargs: object) -> int:
+        raise _CrashBeforeDeletes
+
+    store.delete = crash  # type: ignore[method-assign,assignment]
+    with pytest.raises(_CrashBeforeDeletes):
+        sync(store, "a", inventory("a", {"d1": CHANGED}), after)
+    store.delete = real_delete  # type: ignore[method-assign]
+    # The new chunks are there beside the stale ones: d1 is visibly incomplete.
+    assert set(after["id"]) <= set(stored_ids(store, "a"))
+    facts = stored_document_facts(store, "c", "a").sort("doc_id")
+    assert facts["hash_min"].to_list() != facts["hash_max"].to_list()
+    # The rerun (the inventory says REPAIR) removes the stale chunks.
+    sync(store, "a", inventory("a", {"d1": REPAIR}), after)
+    untouched = chunks("a", {"d2": before["d2"]})
+    assert stored_ids(store, "a") == Counter([*after["id"], *untouched["id"]])

@@ -138,6 +138,41 @@ def test_lancedb_indexes_and_version_cleanup(tmp_path: pathlib.Path) -> None:
     assert len(hits) == 20
 
 
+def test_lancedb_complete_indexes_folds_in_rows_an_interrupted_upkeep_left(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Rows appended with no upkeep after (a run that died before it): `complete_indexes`
+    finds every scalar index short of the table and folds them in; `build_indexes` does too
+    (a collection without text fields, whose text index step would not)."""
+    from clef_pipelines.stores.lancedb_store import LanceDBStore
+
+    def uncovered(store: LanceDBStore) -> dict[str, int]:
+        t = store._table("docs")
+        return {ix.name: t.index_stats(ix.name).num_unindexed_rows for ix in t.list_indices()}
+
+    store = LanceDBStore(tmp_path / "l", optimize_every=0)
+    store.ensure_collection(spec())
+    store.upsert("docs", DATA)
+    store.maintain("docs")
+    assert store.complete_indexes("docs") == {}  # complete: nothing done
+    extra = [{**r, "id": uid(f"extra-{r['id']}")} for r in DATA]
+    t = store._table("docs")
+    t.add(store._arrow_records(store.get_spec("docs"), extra))  # no index update
+    gaps = {name: n for name, n in uncovered(store).items() if n}
+    assert gaps and set(gaps.values()) == {len(extra)}
+    assert store.complete_indexes("docs")["rows_folded_in"] == gaps
+    assert not any(uncovered(store).values())
+    t = store._table("docs")
+    t.add(
+        store._arrow_records(
+            store.get_spec("docs"), [{**r, "id": uid(f"more-{r['id']}")} for r in DATA]
+        )
+    )
+    assert store.build_indexes("docs")["rows_folded_in"] == gaps
+    assert not any(uncovered(store).values())
+    assert store.count("docs", where={"doc_id": "a"}) == 6
+
+
 def test_lancedb_upkeep_during_writes_follows_the_table_size(tmp_path: pathlib.Path) -> None:
     """Each upkeep updates every index of the table, so during a load it waits for a share of
     the table to be written: a load of N rows in small writes takes O(log N) upkeeps, not

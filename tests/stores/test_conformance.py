@@ -833,3 +833,16 @@ def test_refs_filled_are_the_full_hits(store: VectorStore) -> None:
     filled = store.fill_records("notes", refs)
     assert [h.id for h in filled] == [h.id for h in refs[1:]]
     assert filled[0].record["body"] == "Rewritten meanwhile."
+
+
+# --------------------------------------------------------------------------- refresh safety
+
+
+def test_a_refresh_never_hides_an_existing_document(store: VectorStore) -> None:
+    """The sync writes a restated document's new chunks before deleting its stale ones: a scan
+    after every write of a refresh (edits keeping chunk ids, rewrites, rescreens, removals,
+    new documents) finds every document that exists before and after it."""
+    from tests.stores.refresh import watched_refresh
+
+    missing = watched_refresh(store, 40)
+    assert missing and max(missing) == 0, missing
