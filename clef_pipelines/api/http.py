@@ -9,9 +9,16 @@
     GET  /health               liveness (no auth, says nothing about the deployment)
 
 Every error is JSON `{"error": {"type", "message", "field"?}}` with the status that fits:
-400 unreadable JSON, 401 missing or wrong key, 404 unknown path or collection, 405, 413 body
-over `api.max_body_bytes`, 422 a field that breaks a rule (named), 504 over
+400 unreadable JSON, 401 missing or wrong key, 403 an `Origin` not in `api.allowed_origins`
+(a browser page elsewhere: CSRF), 404 unknown path or collection, 405, 408 a body not received
+within `api.body_timeout_s`, 413 body over `api.max_body_bytes`, 415 a POST body not declared
+`application/json` (what a browser sends without a preflight), 421 a `Host` that is neither the
+bind address nor in `api.allowed_hosts` (DNS rebinding), 422 a field that breaks a rule
+(named), 503 over `api.max_connections` with every connection busy, 504 over
 `api.request_timeout_s`. Internal errors are logged and answered without a traceback.
+
+The server itself (`api_uvicorn_config`) closes connections whose headers do not arrive within
+`api.header_timeout_s` and caps open connections (see `clef_pipelines.clef.http_limits`).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -38,11 +47,17 @@ from clef_pipelines.api.models import (
     AnswerRequest,
     ChatCompletionRequest,
     CompactRequest,
+    RequestRefused,
     RetrieveRequest,
+    check_passages,
+    check_query,
+    first_error,
     json_schemas,
 )
 from clef_pipelines.api.openai_compat import ChatRequestError, chat_completion, chat_request_parts
 from clef_pipelines.api.service import RetrievalService, UnknownCollection
+from clef_pipelines.clef.http_limits import guarded_uvicorn_config
+from clef_pipelines.retrieval.answer import AnswerError, AnswerNotConfigured
 from clef_pipelines.stores import StoreError
 
 log = logging.getLogger(__name__)
@@ -57,18 +72,13 @@ class ApiError(Exception):
         err: dict[str, Any] = {"type": self.kind, "message": str(self)}
         if self.field is not None:
             err["field"] = self.field
-        return JSONResponse({"error": err}, status_code=self.status)
+        # A body not received in time leaves the rest of it on the line: the connection
+        # cannot carry another request, so it is closed now rather than at keep-alive's end.
+        headers = {"connection": "close"} if self.status == 408 else None
+        return JSONResponse({"error": err}, status_code=self.status, headers=headers)
 
 
-def _field_of(err: ValidationError) -> tuple[str, str]:
-    e = err.errors()[0]
-    loc = [str(p) for p in e.get("loc", ()) if not str(p).startswith("function-")]
-    # Union members (`str`, `PassageIn`) are not fields: keep the path a user wrote.
-    loc = [p for p in loc if p not in ("str", "PassageIn", "list[ContentPart]")]
-    return ".".join(loc) or "body", str(e.get("msg"))
-
-
-async def _read_json(request: Request, limit: int) -> Any:
+async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, "too_large", f"body: over the {limit}-byte limit", "body")
@@ -77,6 +87,18 @@ async def _read_json(request: Request, limit: int) -> Any:
         body += chunk
         if len(body) > limit:
             raise ApiError(413, "too_large", f"body: over the {limit}-byte limit", "body")
+    return bytes(body)
+
+
+async def _read_json(request: Request, api: ApiConfig) -> Any:
+    """The body as JSON, read within `api.max_body_bytes` and `api.body_timeout_s`."""
+    try:
+        async with asyncio.timeout(api.body_timeout_s):
+            body = await _read_body(request, api.max_body_bytes)
+    except TimeoutError:
+        raise ApiError(
+            408, "timeout", f"body: not received within {api.body_timeout_s:g} s", "body"
+        ) from None
     try:
         return json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -89,17 +111,8 @@ def _parse(model: type[BaseModel], raw: Any) -> Any:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        field, msg = _field_of(exc)
+        field, msg = first_error(exc)
         raise ApiError(422, "invalid_request", f"{field}: {msg}", field) from None
-
-
-def _check_query(query: str, api: ApiConfig) -> None:
-    if not query.strip():
-        raise ApiError(422, "invalid_request", "query: is empty", "query")
-    if len(query) > api.max_query_chars:
-        raise ApiError(
-            422, "invalid_request", f"query: over {api.max_query_chars} characters", "query"
-        )
 
 
 Handler = Callable[[Request], Awaitable[Any]]
@@ -124,15 +137,104 @@ def _error_response(exc: Exception, request: Request, api: ApiConfig) -> Respons
         return ApiError(504, "timeout", f"request: over {api.request_timeout_s:g} s").response()
     if isinstance(exc, UnknownCollection):
         return ApiError(404, "not_found", str(exc), "collection").response()
+    if isinstance(exc, RequestRefused):
+        return ApiError(422, "invalid_request", str(exc), exc.field).response()
     if isinstance(exc, ChatRequestError):
         return ApiError(422, "invalid_request", str(exc), exc.field).response()
+    if isinstance(exc, AnswerNotConfigured):  # the deployment's to fix, not the caller's
+        return ApiError(501, "not_configured", str(exc)).response()
+    if isinstance(exc, AnswerError):
+        return ApiError(502, "upstream_error", f"answer: the LLM failed: {exc}").response()
     if isinstance(exc, StoreError):
         return ApiError(422, "invalid_request", str(exc), "where").response()
+    if isinstance(exc, ValidationError):  # a model checked deeper in: its first error, named
+        field, msg = first_error(exc)
+        return ApiError(422, "invalid_request", f"{field}: {msg}", field).response()
     if isinstance(exc, ValueError):  # a filter or passage the core refused, with its reason
         field = "where" if "filter" in str(exc) or "operator" in str(exc) else "body"
         return ApiError(422, "invalid_request", str(exc), field).response()
     log.exception("API request failed: %s %s", request.method, request.url.path)
     return ApiError(500, "internal", "internal error (see the server log)").response()
+
+
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
+
+
+def _host_name(value: str) -> str:
+    """The name in a `Host` header or bind address: no port, no IPv6 brackets, no final dot."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        value = value[1 : value.find("]")] if "]" in value else value[1:]
+    elif value.count(":") == 1:  # name:port (a bare IPv6 address has several colons)
+        value = value.partition(":")[0]
+    return value.rstrip(".")
+
+
+def allowed_host_names(api: ApiConfig) -> frozenset[str] | None:
+    """The `Host` names the API answers (None: any): the bind address, loopback's own names
+    when bound there, and `api.allowed_hosts`. A wildcard bind with no list accepts any (such
+    a deployment needs a bearer key, which a rebinding page does not have)."""
+    extra = {_host_name(h) for h in api.allowed_hosts}
+    if "*" in extra:
+        return None
+    bind = _host_name(api.host)
+    if bind in _WILDCARD_BINDS:
+        return frozenset(extra) if extra else None
+    names = {bind, *extra}
+    if bind in _LOOPBACK_NAMES or bind.startswith("127."):
+        names |= _LOOPBACK_NAMES
+    return frozenset(names)
+
+
+def _is_json_media_type(content_type: str | None) -> bool:
+    media = (content_type or "").partition(";")[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+class _RequestGuard:
+    """ASGI middleware refusing what a browser can be made to send before anything else runs:
+    a foreign `Host` (DNS rebinding: 421), a foreign `Origin` (CSRF: 403) and a POST body not
+    declared JSON (a `text/plain` form post needs no CORS preflight: 415)."""
+
+    def __init__(self, app: Any, api: ApiConfig) -> None:
+        self.app = app
+        self.hosts = allowed_host_names(api)
+        origins = {o.strip().rstrip("/").lower() for o in api.allowed_origins}
+        self.any_origin = "*" in origins
+        self.origins = frozenset(origins)
+
+    def _origin_allowed(self, origin: str) -> bool:
+        return self.any_origin or origin.strip().rstrip("/").lower() in self.origins
+
+    def refusal(self, scope: Any) -> ApiError | None:
+        headers = Headers(scope=scope)
+        host = headers.get("host")
+        if self.hosts is not None and (host is None or _host_name(host) not in self.hosts):
+            return ApiError(421, "misdirected", f"host: {host!r} is not served here", "host")
+        origin = headers.get("origin")
+        if origin is not None and not self._origin_allowed(origin):
+            return ApiError(
+                403, "forbidden", f"origin: {origin!r} is not in api.allowed_origins", "origin"
+            )
+        if scope.get("method") == "POST" and not _is_json_media_type(headers.get("content-type")):
+            return ApiError(
+                415,
+                "unsupported_media_type",
+                "content-type: a POST body must be sent as application/json",
+                "content-type",
+            )
+        return None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            refused = self.refusal(scope)
+            if refused is not None:
+                await refused.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _Handlers:
@@ -143,16 +245,16 @@ class _Handlers:
         self.api = service.api
 
     async def retrieve(self, request: Request) -> Any:
-        req = _parse(RetrieveRequest, await _read_json(request, self.api.max_body_bytes))
-        _check_query(req.query, self.api)
+        req = _parse(RetrieveRequest, await _read_json(request, self.api))
+        check_query(req.query, self.api)
         result = await self.service.retrieve(
             req.query, collection=req.collection, top_k=req.top_k, where=req.where
         )
         return result.to_dict()
 
     async def answer(self, request: Request) -> Any:
-        req = _parse(AnswerRequest, await _read_json(request, self.api.max_body_bytes))
-        _check_query(req.query, self.api)
+        req = _parse(AnswerRequest, await _read_json(request, self.api))
+        check_query(req.query, self.api)
         result = await self.service.answer(
             req.query, collection=req.collection, top_k=req.top_k, where=req.where
         )
@@ -160,10 +262,9 @@ class _Handlers:
 
     async def compact(self, request: Request) -> Any:
         api = self.api
-        req = _parse(CompactRequest, await _read_json(request, api.max_body_bytes))
-        _check_query(req.query, api)
-        if len(req.passages) > api.max_passages:
-            raise ApiError(422, "invalid_request", f"passages: over {api.max_passages}", "passages")
+        req = _parse(CompactRequest, await _read_json(request, api))
+        check_query(req.query, api)
+        check_passages([p if isinstance(p, str) else p.text for p in req.passages], api)
         passages = [
             p if isinstance(p, str) else p.model_dump(exclude_none=True) for p in req.passages
         ]
@@ -178,9 +279,9 @@ class _Handlers:
 
     async def chat(self, request: Request) -> Any:
         api = self.api
-        req = _parse(ChatCompletionRequest, await _read_json(request, api.max_body_bytes))
+        req = _parse(ChatCompletionRequest, await _read_json(request, api))
         query, passages = chat_request_parts(req)
-        _check_query(query, api)
+        check_query(query, api)
         if len(passages) > api.max_passages:
             raise ApiError(
                 422, "invalid_request", f"context: over {api.max_passages} chunks", "context"
@@ -223,10 +324,11 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
                 if auth and not _authorised(request, expected):
                     raise ApiError(401, "unauthorized", "missing or wrong bearer key")
                 out = await asyncio.wait_for(handler(request), timeout=api.request_timeout_s)
+                headers = {"x-clef-ms": f"{(time.perf_counter() - started) * 1e3:.1f}"}
+                # Rendered here so that a value JSON cannot carry is a JSON error too.
+                return JSONResponse(out, headers=headers)
             except Exception as exc:  # noqa: BLE001 - mapped (and logged); never a traceback
                 return _error_response(exc, request, api)
-            headers = {"x-clef-ms": f"{(time.perf_counter() - started) * 1e3:.1f}"}
-            return JSONResponse(out, headers=headers)
 
         return run
 
@@ -245,7 +347,22 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
         Route("/health", _health, methods=["GET"]),
     ]
     return Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_found}
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={404: _not_found, 405: _not_found},
+        middleware=[Middleware(_RequestGuard, api=api)],
+    )
+
+
+def api_uvicorn_config(app: Starlette, api: ApiConfig) -> Any:
+    """uvicorn settings for `clef-pipelines api`: the shared connection limits of
+    `clef_pipelines.clef.http_limits` (header deadline, connection cap)."""
+    return guarded_uvicorn_config(
+        app,
+        host=api.host,
+        port=api.port,
+        header_timeout_s=api.header_timeout_s,
+        max_connections=api.max_connections,
     )
 
 
@@ -267,11 +384,10 @@ def openapi_document() -> dict[str, Any]:
                         "description": returns,
                         "content": {"application/json": {"schema": {"type": "object"}}},
                     },
-                    "401": {"$ref": "#/components/responses/Error"},
-                    "404": {"$ref": "#/components/responses/Error"},
-                    "413": {"$ref": "#/components/responses/Error"},
-                    "422": {"$ref": "#/components/responses/Error"},
-                    "504": {"$ref": "#/components/responses/Error"},
+                    **{
+                        str(status): {"$ref": "#/components/responses/Error"}
+                        for status in (400, 401, 403, 404, 408, 413, 415, 421, 422, 503, 504)
+                    },
                 },
             }
         }

@@ -5,19 +5,50 @@ Tools: `search` (retrieve with filters), `answer`, `compact`, `list_collections`
 is structured (the `to_dict()` shapes, trimmed of the trace an agent does not need) and also
 rendered as text with numbered citations. Transports: stdio (default) and streamable HTTP
 (bound to 127.0.0.1 unless told otherwise), both from the `mcp` package.
+
+The tools have the HTTP API's limits (the same models and `api:` settings): `top_k` within
+1..`MAX_TOP_K`, a query of at most `api.max_query_chars`, at most `api.max_passages` passages
+to compact, a call's deadline `api.request_timeout_s` (a Clef outage degrades within it). Over
+stdio (`serve_stdio`), every request line gets an answer: an unparseable line a JSON-RPC parse
+error, a line nested too deeply to read an invalid-request error carrying its id.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+import io
+import json
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    jsonrpc_message_adapter,
+)
+from pydantic import ValidationError
 
 from clef_pipelines import __version__
+from clef_pipelines.api.config import ApiConfig
+from clef_pipelines.api.models import (
+    CollectionName,
+    TokenBudget,
+    TopK,
+    check_passages,
+    check_query,
+)
 from clef_pipelines.api.service import RetrievalService, UnknownCollection
+from clef_pipelines.retrieval.answer import AnswerError
 from clef_pipelines.retrieval.result import RetrievalResult
 from clef_pipelines.stores import StoreError
 
@@ -46,18 +77,25 @@ def _as_text(result: RetrievalResult) -> str:
     return prompt or "No passage matched."
 
 
-def _anticipated(fn: F) -> F:
-    """Refusals an agent can act on (an unknown collection, a bad filter, an empty query) come
-    back as tool errors with their reason, not as a crash that hides it."""
+def _anticipated(api: ApiConfig) -> Callable[[F], F]:
+    """Refusals an agent can act on (an unknown collection, a bad filter, an empty query, a
+    limit, answering not set up) come back as tool errors with their reason, not as a crash
+    that hides it; a call still running after `api.request_timeout_s` is one too."""
 
-    @functools.wraps(fn)
-    async def run(*args: Any, **kw: Any) -> Any:
-        try:
-            return await fn(*args, **kw)
-        except (UnknownCollection, StoreError, ValueError) as exc:
-            raise ToolError(str(exc)) from exc
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        async def run(*args: Any, **kw: Any) -> Any:
+            try:
+                async with asyncio.timeout(api.request_timeout_s):
+                    return await fn(*args, **kw)
+            except TimeoutError as exc:
+                raise ToolError(f"timeout: over {api.request_timeout_s:g} s") from exc
+            except (UnknownCollection, StoreError, ValueError, AnswerError) as exc:
+                raise ToolError(str(exc)) from exc
 
-    return run  # type: ignore[return-value]
+        return run  # type: ignore[return-value]
+
+    return wrap
 
 
 def build_mcp_server(service: RetrievalService) -> MCPServer:
@@ -65,9 +103,11 @@ def build_mcp_server(service: RetrievalService) -> MCPServer:
     server = MCPServer(
         name="clef-pipelines", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
+    api = service.api
+    anticipated = _anticipated(api)
 
     @server.tool(description="The document collections that can be searched.")
-    @_anticipated
+    @anticipated
     async def list_collections() -> dict[str, Any]:
         return {"collections": service.describe_collections()}
 
@@ -76,13 +116,14 @@ def build_mcp_server(service: RetrievalService) -> MCPServer:
         "passages dropped and why, and whether the documents can answer (abstain). `where` is "
         'a portable filter, e.g. {"source": "handbook", "m_year": {"gte": 2020}}.'
     )
-    @_anticipated
+    @anticipated
     async def search(
         query: str,
-        collection: str | None = None,
-        top_k: int | None = None,
+        collection: CollectionName | None = None,
+        top_k: TopK | None = None,
         where: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        check_query(query, api)
         result = await service.retrieve(query, collection=collection, top_k=top_k, where=where)
         view = _search_view(result)
         view["context"] = _as_text(result)
@@ -92,13 +133,14 @@ def build_mcp_server(service: RetrievalService) -> MCPServer:
         description="Answer a question from a collection with an LLM, citing passages by "
         "number; says the documents do not hold the answer rather than guessing."
     )
-    @_anticipated
+    @anticipated
     async def answer(
         query: str,
-        collection: str | None = None,
-        top_k: int | None = None,
+        collection: CollectionName | None = None,
+        top_k: TopK | None = None,
         where: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        check_query(query, api)
         res = await service.answer(query, collection=collection, top_k=top_k, where=where)
         out = res.to_dict()
         out["retrieval"] = _search_view(res.retrieval)
@@ -108,13 +150,109 @@ def build_mcp_server(service: RetrievalService) -> MCPServer:
         description="Compact passages for a query: drop irrelevant ones and planted "
         "instructions, keep the best within a token budget. Text is never rewritten."
     )
-    @_anticipated
+    @anticipated
     async def compact(
-        query: str, passages: list[str], token_budget: int | None = None
+        query: str, passages: list[str], token_budget: TokenBudget | None = None
     ) -> dict[str, Any]:
+        check_query(query, api)
+        check_passages(passages, api)
         result = await service.compact(query, passages, token_budget=token_budget)
         view = _search_view(result)
         view["context"] = _as_text(result)
         return view
 
     return server
+
+
+# ---- stdio: every request line answered ---------------------------------------------------
+
+#: A JSON string or a bracket: enough to find a top-level key without parsing the nesting.
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _top_level_id(line: str) -> int | str | None:
+    """The `id` of a JSON-RPC object too deep to parse, found by its depth (so an `id` key
+    nested in the params is not taken for it); None when there is none."""
+    depth = 0
+    for match in _JSON_TOKEN.finditer(line):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+        elif token in ("]", "}"):
+            depth -= 1
+        elif depth == 1 and token == '"id"':
+            rest = line[match.end() :].lstrip()
+            if not rest.startswith(":"):
+                continue  # "id" as a value, not a key
+            try:
+                value, _ = json.JSONDecoder().raw_decode(rest[1:].lstrip())
+            except (ValueError, RecursionError):
+                return None
+            return value if isinstance(value, int | str) and not isinstance(value, bool) else None
+    return None
+
+
+def unanswerable_line_error(line: str) -> JSONRPCError | None:
+    """The JSON-RPC error a line gets when the MCP library cannot read it (None: it can, or
+    it is a notification, which gets no answer). The library logs such a line and answers
+    nothing, so a client would wait forever."""
+    try:
+        jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return None
+    except ValidationError:
+        pass
+    try:
+        message = json.loads(line)
+    except RecursionError:
+        rid = _top_level_id(line)
+        return _rpc_error(rid, INVALID_REQUEST, "invalid request: nested too deeply")
+    except ValueError as exc:
+        return _rpc_error(None, PARSE_ERROR, f"parse error: not JSON ({exc})")
+    if not isinstance(message, dict):
+        return _rpc_error(None, INVALID_REQUEST, "invalid request: not a JSON-RPC object")
+    rid = message.get("id")
+    if "method" in message and rid is None:
+        return None  # a notification: never answered
+    valid_id = rid if isinstance(rid, int | str) and not isinstance(rid, bool) else None
+    # Valid JSON the library still cannot read: nested deeper than it goes, or misshapen.
+    return _rpc_error(valid_id, INVALID_REQUEST, "invalid request: not a readable JSON-RPC message")
+
+
+def _rpc_error(rid: int | str | None, code: int, message: str) -> JSONRPCError:
+    return JSONRPCError(jsonrpc="2.0", id=rid, error=ErrorData(code=code, message=message))
+
+
+class _AnsweredLines:
+    """Standard input for the MCP library's stdio transport, less the lines it cannot read:
+    those are answered here, through the transport's own writer."""
+
+    def __init__(self) -> None:
+        text = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+        self._source = anyio.wrap_file(text)
+        self.replies: Any = None
+        self.ready = anyio.Event()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        await self.ready.wait()  # the writer exists once the transport is up
+        async for line in self._source:
+            if not line.strip():
+                continue
+            error = unanswerable_line_error(line)
+            if error is None:
+                yield line
+            else:
+                await self.replies.send(SessionMessage(error))
+
+
+async def serve_stdio(server: MCPServer) -> None:
+    """`server.run("stdio")`, except that every request line gets an answer."""
+    lines = _AnsweredLines()
+    async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+        lines.replies = write_stream
+        lines.ready.set()
+        # The library's own run loop, as `MCPServer.run_stdio_async` calls it.
+        lowlevel = server._lowlevel_server
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())

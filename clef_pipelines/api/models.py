@@ -3,9 +3,55 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+from clef_pipelines.api.config import ApiConfig
+
+#: Most candidates one request may recall: each costs Clef work, so no caller sets the spend.
+MAX_TOP_K = 1000
+#: The limits every surface (HTTP API, MCP tools) puts on these numbers. Strict: `"5"` and
+#: `true` are refused, not read as numbers.
+TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K, strict=True)]
+TokenBudget = Annotated[int, Field(ge=1, strict=True)]
+#: A collection's name; empty is refused rather than taken for the default.
+CollectionName = Annotated[str, Field(min_length=1)]
+
+
+class RequestRefused(ValueError):
+    """A request value that breaks one of the API's limits; `field` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def first_error(err: ValidationError) -> tuple[str, str]:
+    """The field at fault and pydantic's short message for it, without pydantic's own text."""
+    # The deepest error: for a union (`str | PassageIn`) given an object, the one about the
+    # object's field rather than "should be a string".
+    e = max(err.errors(), key=lambda e: len(e.get("loc", ())))
+    loc = [str(p) for p in e.get("loc", ()) if not str(p).startswith("function-")]
+    # Union members (`str`, `PassageIn`) are not fields: keep the path a user wrote.
+    loc = [p for p in loc if p not in ("str", "PassageIn", "list[ContentPart]", "int")]
+    return ".".join(loc) or "body", str(e.get("msg"))
+
+
+def check_query(query: str, api: ApiConfig) -> None:
+    if not query.strip():
+        raise RequestRefused("query", "is empty")
+    if len(query) > api.max_query_chars:
+        raise RequestRefused("query", f"over {api.max_query_chars} characters")
+
+
+def check_passages(texts: list[str], api: ApiConfig, field: str = "passages") -> None:
+    """At most `api.max_passages` passages, and no more text in all than the API's body limit
+    lets through (a surface without that limit, MCP over stdio, gets it here)."""
+    if len(texts) > api.max_passages:
+        raise RequestRefused(field, f"over {api.max_passages}")
+    if sum(len(t) for t in texts) > api.max_body_bytes:
+        raise RequestRefused(field, f"over {api.max_body_bytes} characters in all")
 
 
 class _Body(BaseModel):
@@ -14,8 +60,10 @@ class _Body(BaseModel):
 
 class RetrieveRequest(_Body):
     query: str = Field(min_length=1, description="The question.")
-    collection: str | None = Field(None, description="Default: the configured collection.")
-    top_k: int | None = Field(None, ge=1, le=1000, description="Candidates recalled.")
+    collection: CollectionName | None = Field(
+        None, description="Default: the configured collection."
+    )
+    top_k: TopK | None = Field(None, description="Candidates recalled.")
     where: dict[str, JsonValue] | None = Field(None, description="Portable filter.")
 
 
@@ -30,15 +78,18 @@ class PassageIn(BaseModel):
     model_config = ConfigDict(extra="allow")
     text: str
     id: str | None = None
-    score: float | None = None
+    # A finite number: `1e999` and `"NaN"` would break the JSON the result is sent as.
+    score: float | None = Field(None, strict=True, allow_inf_nan=False)
 
 
 class CompactRequest(_Body):
     query: str = Field(min_length=1)
     passages: list[str | PassageIn] = Field(min_length=1)
-    token_budget: int | None = Field(None, ge=1, description="Tokens of passage text kept.")
-    max_passages: int | None = Field(None, ge=1)
-    gate: bool = Field(False, description="Also ask whether the kept passages can answer.")
+    token_budget: TokenBudget | None = Field(None, description="Tokens of passage text kept.")
+    max_passages: int | None = Field(None, ge=1, strict=True)
+    gate: bool = Field(
+        False, strict=True, description="Also ask whether the kept passages can answer."
+    )
 
 
 class ContentPart(BaseModel):
@@ -72,8 +123,8 @@ class ChatCompletionRequest(BaseModel):
     context: list[str | PassageIn] | None = Field(
         None, description="Extension: the chunks to compact."
     )
-    token_budget: int | None = Field(None, ge=1, description="Extension: tokens kept.")
-    max_passages: int | None = Field(None, ge=1, description="Extension.")
+    token_budget: int | None = Field(None, ge=1, strict=True, description="Extension: tokens kept.")
+    max_passages: int | None = Field(None, ge=1, strict=True, description="Extension.")
 
 
 def json_schemas() -> dict[str, Any]:

@@ -19,7 +19,7 @@ from clef_pipelines.config import Settings
 from clef_pipelines.retrieval.answer import AnswerResult
 from clef_pipelines.retrieval.result import RetrievalResult
 from clef_pipelines.retrieval.retriever import Retriever, query_embedder, screened_at_ingest
-from clef_pipelines.stores import VectorStore, open_store
+from clef_pipelines.stores import StoreError, VectorStore, open_store
 
 
 class UnknownCollection(LookupError):
@@ -96,6 +96,16 @@ class RetrievalService:
             self._retrievers[name] = found
             return found
 
+    def _raise_if_dropped(self, name: str, exc: StoreError) -> None:
+        """A store error on a collection dropped since its retriever was made is the caller's
+        unknown collection (404), not a fault in the request's filter."""
+        known = self.collections()
+        if name in known:
+            return
+        with self._lock:
+            self._retrievers.pop(name, None)  # a later request finds it gone, or rebuilt
+        raise UnknownCollection(name, known) from exc
+
     def warm(self) -> None:
         """Load the embedder (and connect Clef) before the first request."""
         self.embedder.embed_queries(["warm up"])
@@ -103,6 +113,15 @@ class RetrievalService:
             self.retriever().warm()
 
     # ---- operations ------------------------------------------------------------------
+
+    def clef_deadline_s(self) -> float:
+        """How long a request's Clef work may take, retries included: the retrieval setting,
+        within 80% of the request's deadline so that a Clef outage degrades the answer (vector
+        order) in time instead of ending in a 504; the rest is for recall and the reply."""
+        retrieval = getattr(self.settings, "retrieval", None)
+        configured = retrieval.clef_deadline_s if retrieval is not None else None
+        within_request = 0.8 * self.api.request_timeout_s
+        return min(configured or within_request, within_request)
 
     async def retrieve(
         self,
@@ -113,7 +132,13 @@ class RetrievalService:
         where: dict[str, Any] | None = None,
     ) -> RetrievalResult:
         r = self.retriever(collection)
-        return await r.aretrieve(query, where=where, top_k=top_k)
+        try:
+            return await r.aretrieve(
+                query, where=where, top_k=top_k, clef_deadline_s=self.clef_deadline_s()
+            )
+        except StoreError as exc:
+            self._raise_if_dropped(r.collection, exc)
+            raise
 
     async def answer(
         self,
@@ -124,7 +149,13 @@ class RetrievalService:
         where: dict[str, Any] | None = None,
     ) -> AnswerResult:
         r = self.retriever(collection)
-        return await r.aanswer(query, where=where, top_k=top_k)
+        try:
+            return await r.aanswer(
+                query, where=where, top_k=top_k, clef_deadline_s=self.clef_deadline_s()
+            )
+        except StoreError as exc:
+            self._raise_if_dropped(r.collection, exc)
+            raise
 
     async def compact(
         self,
@@ -135,17 +166,19 @@ class RetrievalService:
         max_passages: int | None = None,
         gate: bool = False,
     ) -> RetrievalResult:
+        from clef_pipelines.clef.client import clef_deadline
         from clef_pipelines.retrieval.compaction import acompact
 
-        return await acompact(
-            query,
-            passages,
-            token_budget=token_budget,
-            max_passages=max_passages,
-            gate=gate,
-            config=getattr(self.settings, "retrieval", None),
-            client=self._compact_client(),
-        )
+        with clef_deadline(self.clef_deadline_s()):
+            return await acompact(
+                query,
+                passages,
+                token_budget=token_budget,
+                max_passages=max_passages,
+                gate=gate,
+                config=getattr(self.settings, "retrieval", None),
+                client=self._compact_client(),
+            )
 
     def _compact_client(self) -> Any:
         from clef_pipelines.clef.client import ClefClient

@@ -10,8 +10,10 @@ import os
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from clef_pipelines.clef.cache import AnswerCache, cache_key
 from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.clef.errors import (
     ClefBadAnswer,
+    ClefDeadlineExceeded,
     ClefError,
     ClefNotConfigured,
     ClefRequestTooLarge,
@@ -51,6 +54,34 @@ from clef_pipelines.redact import redacting_logger, register_secret, register_ur
 
 log = redacting_logger("clef_pipelines.clef")
 _SAID: set[str] = set()
+
+#: When (time.monotonic()) the Clef requests of the current task, and the tasks it starts,
+#: must be done by; None: no deadline but each request's own timeout and retries.
+_DEADLINE: ContextVar[float | None] = ContextVar("clef_deadline", default=None)
+
+
+@contextmanager
+def clef_deadline(seconds: float | None) -> Iterator[None]:
+    """Every Clef request made inside (in this task and the tasks it starts) ends within
+    `seconds` from now, its retries and backoffs included: a wait that would pass the deadline
+    is not started, a request in flight at the deadline is cancelled, and both fail with
+    `ClefDeadlineExceeded`, which the query path treats as any Clef failure (degrade). Nested
+    deadlines keep the earlier one. Why: a Clef server that never answers must not hold a query
+    for `timeout_s` times `max_retries + 1` (six minutes by default)."""
+    if seconds is None:
+        yield
+        return
+    at = time.monotonic() + seconds
+    current = _DEADLINE.get()
+    token = _DEADLINE.set(at if current is None else min(current, at))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _deadline_exceeded(why: str) -> ClefDeadlineExceeded:
+    return ClefDeadlineExceeded(f"no answer within the query's deadline ({why})")
 
 
 def _say_once(message: str, level: int = logging.INFO) -> None:
@@ -388,12 +419,13 @@ class ClefClient:
         tokens = state_n
         # The token limiter is charged for the whole input: state, questions and prompt.
         charge = tokens + counter.count(canonical_json(wire["questions"])) + PROMPT_OVERHEAD_TOKENS
+        deadline = _DEADLINE.get()
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.config.max_retries + 1),
             retry=retry_if_exception(self._should_retry),
             wait=self._wait,
             before_sleep=self._before_sleep,
-            sleep=self._sleep,
+            sleep=self._sleep if deadline is None else self._sleep_before(deadline),
             reraise=True,
         )
         attempts_made = 0
@@ -403,8 +435,7 @@ class ClefClient:
                 with attempt:
                     # Hold a concurrency slot while sending only, not while backing off.
                     async with pacer.slots:
-                        await pacer.admit(charge)
-                        body = await self.backend.send(request)
+                        body = await self._send_by(deadline, pacer, charge, request)
             resp = parse_response(body, request)
             self._check_not_truncated(request, resp, tokens)
         except ClefError as exc:
@@ -431,6 +462,33 @@ class ClefClient:
         if key and self.cache is not None:
             self.cache.put(key, self._cache_id, request.model, resp.wire())
         return resp
+
+    async def _send_by(
+        self, deadline: float | None, pacer: Pacer, charge: int, request: SystemOneRequest
+    ) -> Any:
+        """Wait for the pacer and send, cancelled at the caller's deadline (if any)."""
+        if deadline is None:
+            await pacer.admit(charge)
+            return await self.backend.send(request)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _deadline_exceeded("passed before the request was sent")
+        try:
+            async with asyncio.timeout(left):
+                await pacer.admit(charge)
+                return await self.backend.send(request)
+        except TimeoutError:
+            raise _deadline_exceeded(f"the server did not answer within {left:.1f} s") from None
+
+    def _sleep_before(self, deadline: float) -> Callable[[float], Awaitable[None]]:
+        """The retry loop's sleep, refusing a backoff that would end past the deadline."""
+
+        async def sleep(seconds: float) -> None:
+            if time.monotonic() + seconds >= deadline:
+                raise _deadline_exceeded(f"no time left for a retry after {seconds:.1f} s")
+            await self._sleep(seconds)
+
+        return sleep
 
     def _check_not_truncated(
         self, request: SystemOneRequest, resp: SystemOneResponse, state_n: int

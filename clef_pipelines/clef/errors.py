@@ -80,6 +80,11 @@ class ClefTimeout(ClefRetryableError):
     """No answer within the configured timeout."""
 
 
+class ClefDeadlineExceeded(ClefError):
+    """The caller's deadline (`clef_deadline`) passed, retries and backoffs included: not
+    retried; a query degrades to vector order instead of waiting on."""
+
+
 class ClefTransportError(ClefRetryableError):
     """Connection refused, reset, DNS failure and other transport errors."""
 

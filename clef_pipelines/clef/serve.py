@@ -21,7 +21,6 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from clef_pipelines.clef.backends.base import Backend
 from clef_pipelines.clef.errors import (
@@ -29,13 +28,13 @@ from clef_pipelines.clef.errors import (
     ClefUnsupported,
     ClefValidationError,
 )
+from clef_pipelines.clef.http_limits import DEFAULT_HEADER_TIMEOUT_S, guarded_uvicorn_config
 from clef_pipelines.clef.wire import parse_request
 from clef_pipelines.redact import redacting_logger, register_secret
 
 log = redacting_logger("clef_pipelines.clef.serve")
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024  # four base64 images and a long state fit
-DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0
 #: The published Clef models; any other name is refused rather than echoed back.
 KNOWN_MODELS = frozenset({"clef", "clef-flash"})
@@ -50,46 +49,6 @@ def _error(status: int, code: str, message: str, field: str | None = None) -> JS
     if field:
         err["field"] = field
     return JSONResponse({"error": err}, status_code=status)
-
-
-class _TimedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for request headers: uvicorn times out idle
-    keep-alive connections, but not a client that sends half a request line and waits."""
-
-    header_timeout_s = DEFAULT_HEADER_TIMEOUT_S
-    _header_timer: asyncio.TimerHandle | None = None
-
-    def _waiting_for_headers(self) -> bool:
-        return self.cycle is None or self.cycle.response_complete
-
-    def _arm(self) -> None:
-        if self._header_timer is None:
-            self._header_timer = self.loop.call_later(self.header_timeout_s, self._too_slow)
-
-    def _disarm(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _too_slow(self) -> None:
-        self._header_timer = None
-        if self._waiting_for_headers() and not self.transport.is_closing():
-            self.transport.close()
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        if self._waiting_for_headers():
-            self._arm()  # the first bytes of a next request on a kept-alive connection
-        super().data_received(data)
-        if not self._waiting_for_headers():
-            self._disarm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
 
 
 def _authorised(header: str, api_key: str) -> bool:
@@ -281,19 +240,10 @@ def uvicorn_config(
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
     log_level: str = "info",
 ) -> Any:
-    """uvicorn settings for `serve`: the h11 protocol with a header deadline (httptools, which
-    uvicorn would pick when installed, has no such deadline)."""
-    import uvicorn
-
-    protocol = type("ClefH11Protocol", (_TimedH11Protocol,), {"header_timeout_s": header_timeout_s})
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http=protocol,
-        log_level=log_level,
-        access_log=False,
-        timeout_keep_alive=5,
+    """uvicorn settings for `serve`: the shared h11 protocol with a header deadline
+    (`clef_pipelines.clef.http_limits`)."""
+    return guarded_uvicorn_config(
+        app, host=host, port=port, header_timeout_s=header_timeout_s, log_level=log_level
     )
 
 

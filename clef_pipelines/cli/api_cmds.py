@@ -12,7 +12,13 @@ from typing import Annotated, Literal
 import typer
 
 from clef_pipelines.cli.app import app
-from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
+from clef_pipelines.cli.common import (
+    ConfigOption,
+    console,
+    fail,
+    load_cli_settings,
+    terminal_safe,
+)
 
 
 def is_loopback(host: str) -> bool:
@@ -53,7 +59,7 @@ def api_command(
     """HTTP API: /v1/retrieve, /v1/answer, /v1/compact, OpenAI-compatible /v1/chat/completions."""
     import uvicorn
 
-    from clef_pipelines.api.http import build_app
+    from clef_pipelines.api.http import api_uvicorn_config, build_app
 
     service, api, key = _service(config, host, port)
     try:
@@ -61,19 +67,11 @@ def api_command(
         auth = f"bearer key from {api.api_key_env}" if key else "no auth (loopback only)"
         console.print(
             f"clef-pipelines API on http://{api.host}:{api.port} ({auth}); "
-            f"collections: {', '.join(service.collections()) or 'none yet'}",
+            f"collections: {terminal_safe(', '.join(service.collections()) or 'none yet')}",
             markup=False,
         )
-        uvicorn.run(
-            build_app(service, api_key=key),
-            host=api.host,
-            port=api.port,
-            log_level="warning",
-            access_log=False,
-            # Half-sent requests must not hold a connection forever.
-            timeout_keep_alive=5,
-            h11_max_incomplete_event_size=64 * 1024,
-        )
+        # Half-sent requests and slow clients must not hold connections forever.
+        uvicorn.Server(api_uvicorn_config(build_app(service, api_key=key), api)).run()
     finally:
         service.close()
 
@@ -88,7 +86,9 @@ def mcp_command(
     config: ConfigOption = None,
 ) -> None:
     """MCP server: tools search, answer, compact and list_collections."""
-    from clef_pipelines.api.mcp_server import build_mcp_server
+    import anyio
+
+    from clef_pipelines.api.mcp_server import build_mcp_server, serve_stdio
 
     if transport not in ("stdio", "http"):
         fail(f"--transport must be stdio or http, not {transport!r}")
@@ -105,7 +105,7 @@ def mcp_command(
         service.warm()
         server = build_mcp_server(service)
         if kind == "stdio":
-            server.run("stdio")
+            anyio.run(serve_stdio, server)
         else:
             server.run("streamable-http", host=api.host, port=api.port)
     finally:

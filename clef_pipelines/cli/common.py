@@ -48,18 +48,16 @@ class _LazyConsole:
         return self._console
 
 
-def lit(value: object) -> str:
-    """User data (document text, a path, an error message) made safe to print literally in a
-    markup string or a table cell; secrets in it (URL passwords, bearer keys) are redacted."""
-    from rich.markup import escape
-
-    return escape(redact(str(value)))
-
-
 #: Characters that move the cursor, recolour or rewrite a terminal, or reorder what it shows:
-#: C0 and C1 controls (ESC starts every escape sequence, CR rewrites a line), DEL, and the
-#: bidirectional overrides and isolates.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: C0 and C1 controls (ESC starts every escape sequence, CR rewrites a line, BEL rings), DEL,
+#: the line and paragraph separators, and the bidirectional marks, overrides and isolates.
+#: Newline and tab are left to multi-line text (`lit`); one-line text (`shown`) escapes them.
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
+_CONTROL_ONE_LINE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+)
 
 
 def _escaped(m: re.Match[str]) -> str:
@@ -67,11 +65,31 @@ def _escaped(m: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def terminal_safe(value: object, *, one_line: bool = False) -> str:
+    """User data with every control character written as its escape (``\\x1b``,
+    ``\\u202e``) and secrets redacted, for a line printed without markup (`markup=False`,
+    `typer.echo`). `one_line`: newlines and tabs escaped too."""
+    pattern = _CONTROL_ONE_LINE if one_line else _CONTROL
+    return pattern.sub(_escaped, redact(str(value)))
+
+
+def lit(value: object) -> str:
+    """User data (document text, a path, an error message) made safe to print literally in a
+    markup string or a table cell: secrets in it (URL passwords, bearer keys) are redacted,
+    control characters (an escape sequence that would clear or retitle the terminal, a bidi
+    override that would reorder the line) shown as escapes, markup made literal. Newlines
+    and tabs stay (an error message may span lines); see `shown` for one-line text."""
+    from rich.markup import escape
+
+    return escape(terminal_safe(value))
+
+
 def shown(value: object) -> str:
-    """User text (a document's words) made safe to print on a terminal: each control
-    character written as its escape (``\\x1b``, ``\\u202e``), then made literal (`lit`).
-    For text shown on one line: newlines and tabs are escaped too."""
-    return lit(_CONTROL.sub(_escaped, str(value)))
+    """User text (a document's words) made safe to print on one terminal line: like `lit`,
+    and newlines and tabs escaped too."""
+    from rich.markup import escape
+
+    return escape(terminal_safe(value, one_line=True))
 
 
 console: Console = _LazyConsole()  # type: ignore[assignment]

@@ -22,6 +22,7 @@ from clef_pipelines.cli.common import (
     fail,
     lit,
     load_cli_settings,
+    terminal_safe,
 )
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def print_result(result: RetrievalResult, *, verbose: bool, header: bool) -> Non
             f"[bold]\\[{n}][/] {tag}{c.vector_score:.3f} {_scores(c.scores)}  "
             f"[cyan]{lit(c.citation)}[/]"
         )
-        console.print(f"    {_short(c.text)}", markup=False)
+        console.print(f"    {terminal_safe(_short(c.text), one_line=True)}", markup=False)
     if not verbose:
         return
     if result.dropped:
@@ -129,7 +130,9 @@ def print_result(result: RetrievalResult, *, verbose: bool, header: bool) -> Non
                 f"  [dim]#{c.rank}[/] [magenta]{lit(c.reason)}[/] {_scores(c.scores)}  "
                 f"{lit(c.citation)}"
             )
-            console.print(f"      {_short(c.text, 160)}", markup=False)
+            console.print(
+                f"      {terminal_safe(_short(c.text, 160), one_line=True)}", markup=False
+            )
     t = result.tokens
     console.print(
         f"[bold]tokens:[/] {t.before} -> {t.after} (saved {t.saved_fraction:.0%}"
@@ -226,7 +229,7 @@ def ask(
     if as_json:
         print(json.dumps(reply.to_dict(), indent=2, default=str))
         return
-    console.print(reply.text, markup=False)
+    console.print(terminal_safe(reply.text), markup=False)
     if reply.citations:
         console.print()
         for c in reply.citations:

@@ -102,7 +102,7 @@ def _list(settings: Settings, collection: str, source: str | None, as_json: bool
         listed["records"] = [r for r in listed["records"] if r["source"] == source]
         listed["documents"] = [d for d in listed["documents"] if d["source"] == source]
     if as_json:
-        print(json.dumps({"collection": collection, **listed}, indent=2, ensure_ascii=False))
+        print(json.dumps({"collection": collection, **listed}, indent=2))
         return
     if not listed["records"] and not listed["documents"]:
         console.print(f"no releases in collection {lit(collection)}")
@@ -192,7 +192,7 @@ def _report(
             "file": path,
             "next": next_step if changed else None,
         }
-        print(json.dumps(out, indent=2, ensure_ascii=False))
+        print(json.dumps(out, indent=2))
         return
     if not changed:
         console.print(f"nothing new: already {verb} in collection {lit(collection)}")

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from clef_pipelines.cli.app import app
-from clef_pipelines.cli.common import ConfigOption, console, fail, load_cli_settings
+from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
 
 
 @app.command()
@@ -55,6 +55,6 @@ def reenrich(
         f"{report.cached_answers} answers from cache"
     )
     for failure in report.failures:
-        console.print(f"[red]failed:[/] {failure}")
+        console.print(f"[red]failed:[/] {lit(failure)}")
     if report.needs_reenrich:
         raise typer.Exit(1)

@@ -39,6 +39,11 @@ class AnswerError(RuntimeError):
     """The LLM could not be asked (no model or key configured) or failed after retries."""
 
 
+class AnswerNotConfigured(AnswerError):
+    """Answering is not set up (`retrieval.answer`: no model, key or known provider): the
+    deployment's to fix, not the caller's, and no fault of the LLM."""
+
+
 @dataclass
 class ChatReply:
     text: str
@@ -65,12 +70,12 @@ class _HttpChat:
 
     def __init__(self, config: AnswerConfig, env: dict[str, str] | None = None) -> None:
         if not config.model:
-            raise AnswerError(f"retrieval.answer.model is not set (provider {self.name})")
+            raise AnswerNotConfigured(f"retrieval.answer.model is not set (provider {self.name})")
         env = dict(os.environ) if env is None else env
         key_env = config.api_key_env or self.default_key_env
         self.api_key = env.get(key_env) or ""
         if not self.api_key and config.base_url is None:
-            raise AnswerError(f"the {self.name} provider needs an API key in ${key_env}")
+            raise AnswerNotConfigured(f"the {self.name} provider needs an API key in ${key_env}")
         self.config = config
         self.base_url = (config.base_url or self.default_base).rstrip("/")
         self._http = httpx.AsyncClient(
@@ -186,7 +191,9 @@ def make_provider(config: AnswerConfig, env: dict[str, str] | None = None) -> Ch
     try:
         cls = PROVIDERS[config.provider]
     except KeyError:
-        raise AnswerError(f"unknown retrieval.answer.provider {config.provider!r}") from None
+        raise AnswerNotConfigured(
+            f"unknown retrieval.answer.provider {config.provider!r}"
+        ) from None
     return cls(config, env)
 
 
@@ -248,7 +255,7 @@ async def answer_from_result(
             retrieval=result,
         )
     if provider is None:
-        raise AnswerError("no answer provider is configured (retrieval.answer)")
+        raise AnswerNotConfigured("no answer provider is configured (retrieval.answer)")
     import time
 
     t = time.perf_counter()

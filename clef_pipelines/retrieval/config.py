@@ -194,6 +194,13 @@ class RetrievalConfig(StrictModel):
         description="Recall by vector, full-text (text) or both fused (hybrid: +0.05 nDCG@10 "
         "over vector on SciFact train; a collection without a full-text index: vector).",
     )
+    clef_deadline_s: float = Field(
+        60.0,
+        gt=0,
+        description="Longest one query waits for Clef, retries and backoffs included; past "
+        "it the result is degraded (vector order) instead of waiting on. The API uses at most "
+        "80% of api.request_timeout_s.",
+    )
     fusion: FusionConfig = FusionConfig()
     route: RouteConfig = RouteConfig()
     classify: ClassifyConfig = ClassifyConfig()

@@ -228,12 +228,21 @@ class Retriever:
         where: dict[str, Any] | None = None,
         top_k: int | None = None,
         collection: str | None = None,
+        clef_deadline_s: float | None = None,
     ) -> RetrievalResult:
         """Recall `top_k` candidates (the caller's `where` filter, else a route filter when
-        Clef is confident), then classify, select, compact and gate them."""
+        Clef is confident), then classify, select, compact and gate them. `clef_deadline_s`:
+        how long Clef may take, retries included (default `retrieval.clef_deadline_s`); past
+        it the result is degraded."""
         return await asyncio.wrap_future(
             self._loop.submit(
-                self._retrieve(query, where=where, top_k=top_k, collection=collection)
+                self._retrieve(
+                    query,
+                    where=where,
+                    top_k=top_k,
+                    collection=collection,
+                    clef_deadline_s=clef_deadline_s,
+                )
             )
         )
 
@@ -301,6 +310,20 @@ class Retriever:
         return passages, self.store.get_manifest(collection)
 
     async def _retrieve(
+        self,
+        query: str,
+        *,
+        clef_deadline_s: float | None = None,
+        **kw: Any,
+    ) -> RetrievalResult:
+        """`_steered_retrieval` with every Clef request of it (routing, classify, gate) done
+        within `clef_deadline_s` (default `retrieval.clef_deadline_s`)."""
+        from clef_pipelines.clef.client import clef_deadline
+
+        with clef_deadline(clef_deadline_s or self.config.clef_deadline_s):
+            return await self._steered_retrieval(query, **kw)
+
+    async def _steered_retrieval(
         self,
         query: str,
         *,

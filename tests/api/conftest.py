@@ -46,12 +46,17 @@ class Api:
     """The HTTP API over a warm service, served by uvicorn on a loopback port."""
 
     def __init__(self, col: Any, api_key: str | None = None, **api: Any) -> None:
-        from clef_pipelines.api.http import build_app
+        import uvicorn
+
+        from clef_pipelines.api.http import api_uvicorn_config, build_app
 
         settings = col.settings.model_copy(deep=True)
         settings.api = settings.api.model_copy(update=api)
         self.service = RetrievalService(settings, store=col.store)
-        self.served = ServedApp(build_app(self.service, api_key=api_key))
+        app = build_app(self.service, api_key=api_key)
+        self.served = ServedApp(app)
+        # The real `api` server settings (header deadline, connection cap), not uvicorn's own.
+        self.served.server = uvicorn.Server(api_uvicorn_config(app, settings.api))
 
     def __enter__(self) -> Api:
         self.served.__enter__()
