@@ -54,6 +54,7 @@ from clef_pipelines.ingest.documents import (
     status_counts,
     stored_document_facts,
 )
+from clef_pipelines.ingest.failed import read_failed, write_failed
 from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
 from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, SyncReport, check_manifest
@@ -261,6 +262,7 @@ def parsed_blocks(
         settings, source, source_documents, fingerprint, out
     )
     to_process = source_documents.filter(pl.col("status").is_in(TO_PROCESS)).height
+    write_failed(_staging(settings, context.partition_key), "parsed_blocks", failures)
     blocks = out.finish()
     yield dg.Output(
         blocks,
@@ -428,6 +430,7 @@ def chunks(
                 + "; ".join(r.fallback_reasons)
             )
     tokens = done.tokens
+    write_failed(_staging(settings, context.partition_key), "chunks", done.failures)
     chunk_batches = out.finish()
     return dg.MaterializeResult(
         value=chunk_batches,
@@ -607,6 +610,7 @@ def store_sync(
             source_documents,
             embeddings,
             report=report,
+            failed=read_failed(_staging(settings, context.partition_key)),
         )
     except Exception as exc:
         # What the run wrote before it failed goes with the failure, so `ingest` reports it

@@ -258,6 +258,7 @@ def sync_batches(
     embedded: FrameBatches,
     *,
     report: SyncReport | None = None,
+    failed: frozenset[str] | None = None,
 ) -> SyncSummary:
     """Write every batch's chunks into the store and delete what the batch no longer holds,
     under the collection's write lock; then the source's manifest entry and store upkeep.
@@ -265,7 +266,9 @@ def sync_batches(
     `inventory`: the source's inventory (`SYNC_INVENTORY_COLUMNS` suffice); only its new,
     changed, repaired and removed documents are synced. Taken whole and filtered a batch at a
     time, not as a filtered copy: on a first load every document is new, and the copy was the
-    size of the inventory. `report`: filled in as the batches are written (see above)."""
+    size of the inventory. `report`: filled in as the batches are written (see above).
+    `failed`: documents that failed after the inventory (`ingest.failed`), None when not
+    known."""
     collection = settings.collection_of(settings.source(source))
     # The caller's report, when given, holds what was written even if a batch fails.
     report = report if report is not None else SyncReport()
@@ -289,6 +292,7 @@ def sync_batches(
                 embedded.read(key),
                 embedder,
                 report=report,
+                failed=failed,
                 batch_rows=settings.sync_batch_rows,
                 text_language=settings.store.text_language,
             )

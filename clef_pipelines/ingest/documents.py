@@ -36,6 +36,12 @@ RESCREEN = "rescreen"
 #: Statuses whose documents are parsed, chunked, embedded and synced.
 TO_PROCESS = (NEW, CHANGED, REPAIR, RESCREEN)
 
+#: The key, in a source's entry of the collection manifest, of its documents that store no
+#: record (every paragraph dropped, no text): doc id -> the document hash they were processed
+#: at. Without it such a document has nothing in the store to compare with, and every run
+#: would process it again as new.
+EMPTY_DOCUMENTS = "empty_documents"
+
 INVENTORY_SCHEMA = {
     "source": pl.Utf8,
     "doc_id": pl.Utf8,
@@ -198,7 +204,26 @@ def stored_document_facts(store: VectorStore, collection: str, source: str) -> p
             fold()
             rows = []
     fold()
-    return _fold(pl.concat(parts, rechunk=False)) if len(parts) > 1 else parts[0]
+    facts = _fold(pl.concat(parts, rechunk=False)) if len(parts) > 1 else parts[0]
+    return _with_empty_documents(facts, store, collection, source)
+
+
+def _with_empty_documents(
+    facts: pl.DataFrame, store: VectorStore, collection: str, source: str
+) -> pl.DataFrame:
+    """`facts` with a row for each document the manifest records as storing no record (none
+    stored, none expected), so that the inventory can call it unchanged."""
+    entry = ((store.get_manifest(collection) or {}).get("sources") or {}).get(source) or {}
+    recorded = dict(entry.get(EMPTY_DOCUMENTS) or {})
+    if not recorded:
+        return facts
+    stored = set(facts["doc_id"].to_list())
+    rows = [
+        (str(k), str(v), str(v), 0, 0, 0, False) for k, v in recorded.items() if k not in stored
+    ]
+    if not rows:
+        return facts
+    return pl.concat([facts, pl.DataFrame(rows, schema=_STORED_SCHEMA, orient="row")])
 
 
 def stored_documents(store: VectorStore, collection: str, source: str) -> dict[str, StoredDocument]:

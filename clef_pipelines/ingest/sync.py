@@ -27,7 +27,15 @@ from clef_pipelines import __version__
 from clef_pipelines.embedding.base import Embedder
 from clef_pipelines.embedding.executor import BatchRunner, local_batches
 from clef_pipelines.ingest.batches import BATCH
-from clef_pipelines.ingest.documents import CHANGED, NEW, REMOVED, REPAIR, RESCREEN
+from clef_pipelines.ingest.documents import (
+    CHANGED,
+    EMPTY_DOCUMENTS,
+    NEW,
+    REMOVED,
+    REPAIR,
+    RESCREEN,
+    TO_PROCESS,
+)
 from clef_pipelines.records import (
     FILTER_FIELDS,
     PIPELINE_VERSION,
@@ -48,7 +56,7 @@ FAIL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_FAIL_AFTER_UPSERTS"
 #: The inventory columns the sync reads (`confirm_new_documents`, `sync_batch`, the batch
 #: split, and the removed-documents check): the sync step loads these alone, since a first
 #: load's inventory holds every document of the source.
-SYNC_INVENTORY_COLUMNS = ("doc_id", "status", BATCH)
+SYNC_INVENTORY_COLUMNS = ("doc_id", "status", "doc_hash", BATCH)
 
 ProgressFn = Callable[[int, int], None]
 
@@ -175,6 +183,11 @@ class SyncReport:
     documents_removed: int = 0
     upsert_batches: int = 0
     maintenance: dict[str, Any] = field(default_factory=dict)
+    #: Documents processed without failure that store no record (every paragraph dropped,
+    #: no text: doc id -> its hash), and None for those that no longer are such (they have
+    #: chunks now, or left the source). Kept in the source's manifest entry
+    #: (`EMPTY_DOCUMENTS`), so that the next inventory sees them as unchanged.
+    empty_documents: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def writes(self) -> int:
@@ -317,6 +330,7 @@ def sync_source(
         embedded,
         embedder,
         report=report,
+        failed=frozenset(),
         batch_rows=batch_rows,
         progress=progress,
         text_language=text_language,
@@ -335,6 +349,7 @@ def sync_batch(
     embedder: Embedder,
     *,
     report: SyncReport,
+    failed: frozenset[str] | None = frozenset(),
     batch_rows: int = 512,
     progress: ProgressFn | None = None,
     text_language: str = "english",
@@ -346,9 +361,15 @@ def sync_batch(
     rescreened documents get their current chunks written first (appended, or upserted where
     the id is stored), then their stale rows deleted by id. The caller
     passes an inventory that `confirm_new_documents` checked against the store under the
-    collection's lock, before the sync's first write."""
+    collection's lock, before the sync's first write.
+
+    `failed`: documents that failed after the inventory (`ingest.failed`): they keep what the
+    store holds. Any other processed document without chunks now stores none and is recorded
+    in `report.empty_documents`. None: failures are not known, so documents without chunks
+    are left as they are."""
     to_remove = inventory.filter(pl.col("status") == REMOVED)["doc_id"].to_list()
-    if embedded.height == 0 and not to_remove:
+    emptied = _note_empty_documents(inventory, embedded, to_remove, failed, report)
+    if embedded.height == 0 and not to_remove and not emptied:
         return False  # nothing changed: write nothing, not even the manifest
 
     if not store.has_collection(collection) and embedded.height == 0:
@@ -368,10 +389,15 @@ def sync_batch(
     # documents whose rows carry two hashes, which the next inventory marks REPAIR; that run
     # finds the stale rows the same way and removes them. A document that now yields no
     # chunks at all keeps none.
-    restated = (
-        sorted(set(inventory.filter(pl.col("status").is_in([CHANGED, REPAIR, RESCREEN]))["doc_id"]))
-        if embedded.height
-        else []
+    with_chunks = set(embedded["doc_id"].unique().to_list()) if embedded.height else set()
+    restated = sorted(
+        doc_id
+        for doc_id in set(
+            inventory.filter(pl.col("status").is_in([CHANGED, REPAIR, RESCREEN]))["doc_id"]
+        )
+        # A document without chunks is restated (its rows deleted) only when it is known
+        # not to have failed: a broken document keeps what the store holds for it.
+        if doc_id in with_chunks or (failed is not None and doc_id not in failed)
     )
     stored = _stored_ids(store, collection, source, restated)
 
@@ -392,7 +418,7 @@ def sync_batch(
     report.documents_synced += embedded["doc_id"].n_unique() if embedded.height else 0
 
     if stored:
-        current = set(embedded["id"])
+        current = set(embedded["id"]) if embedded.height else set()
         stale = [i for i in stored if i not in current]
         for start in range(0, len(stale), _STALE_IDS_PER_DELETE):
             report.deleted_stale += store.delete(
@@ -408,6 +434,44 @@ def sync_batch(
         )
     report.documents_removed += len(to_remove)
     return True
+
+
+def _note_empty_documents(
+    inventory: pl.DataFrame,
+    embedded: pl.DataFrame,
+    removed: list[str],
+    failed: frozenset[str] | None,
+    report: SyncReport,
+) -> bool:
+    """Note in `report.empty_documents` which processed documents store no record now (not
+    failed, no chunk) and which no longer are such; whether any document is newly empty."""
+    if failed is None or "doc_hash" not in inventory.columns:
+        return False
+    processed = inventory.filter(pl.col("status").is_in(TO_PROCESS)).select("doc_id", "doc_hash")
+    with_chunks = set(embedded["doc_id"].unique().to_list()) if embedded.height else set()
+    empty = False
+    for doc_id, doc_hash in processed.iter_rows():
+        if doc_id in failed:
+            continue
+        if doc_id in with_chunks or not doc_hash:
+            report.empty_documents[doc_id] = None
+        else:
+            report.empty_documents[doc_id] = doc_hash
+            empty = True
+    for doc_id in removed:
+        report.empty_documents[doc_id] = None
+    return empty
+
+
+def _empty_documents(previous: dict[str, Any], report: SyncReport) -> dict[str, str]:
+    """The source's documents that store no record, after this run."""
+    empties = {str(k): str(v) for k, v in dict(previous.get(EMPTY_DOCUMENTS) or {}).items()}
+    for doc_id, doc_hash in report.empty_documents.items():
+        if doc_hash is None:
+            empties.pop(doc_id, None)
+        else:
+            empties[doc_id] = doc_hash
+    return dict(sorted(empties.items()))
 
 
 def finish_sync(
@@ -429,11 +493,13 @@ def finish_sync(
         return
     manifest = store.get_manifest(collection) or {}
     sources = dict(manifest.get("sources") or {})
+    empties = _empty_documents(dict(sources.get(source) or {}), report)
     sources[source] = {
         "chunker": chunker,
         # How the source was screened and enriched (see steering.manifest.screened_at_ingest).
         "steering": steering or {},
         **({"settings": settings} if settings else {}),
+        **({EMPTY_DOCUMENTS: empties} if empties else {}),
         "synced_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     manifest.update(

@@ -41,7 +41,8 @@ def test_text_paths_and_errors_print_literally(tmp_path: Path, monkeypatch: pyte
     odd_dir = ws.corpus / "["
     odd_dir.mkdir()
     (odd_dir / "bold].md").write_text("# Odd\n\nA file named [/bold].md :x: here.\n")
-    (ws.corpus / "[red]broken.md").write_bytes(b"\xff\xfe\x00\x01binary" * 20)
+    # Binary, and no byte-order mark (a UTF-16 BOM would decode).
+    (ws.corpus / "[red]broken.md").write_bytes(b"\x00\x01\x02binary\xff" * 20)
     cfg = str(ws.config_path)
 
     ingest = runner.invoke(app, ["ingest", "--config", cfg])

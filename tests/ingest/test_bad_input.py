@@ -57,7 +57,7 @@ def test_a_document_that_breaks_keeps_its_stored_records(workspace: Workspace) -
     target = sorted(workspace.corpus.rglob("*.md"))[0]
     doc_id = target.relative_to(workspace.corpus).as_posix()
     before = {r["id"] for r in workspace.records() if r["doc_id"] == doc_id}
-    target.write_bytes(b"\xff\xfe\x00garbage\x00" * 50)
+    target.write_bytes(b"\x00\x01garbage\xff\x00" * 50)  # binary, no byte-order mark
     (report,) = workspace.ingest()
     assert report.success
     assert doc_id in _failed(report)
@@ -89,3 +89,26 @@ def test_jsonl_bad_lines_fail_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "papers.jsonl" in failed and "line 2" in failed
     assert "malformed" in failed
     assert report.assets["source_documents"]["documents_failed"] == 2
+
+
+def test_a_document_that_breaks_keeps_its_records_beside_another_changed_one(
+    workspace: Workspace,
+) -> None:
+    """The inventory calls both documents changed (from their bytes); one then fails to parse.
+    It arrives at the sync with no chunks beside a document that has some, and must keep what
+    the store holds (it once lost every record here), while the other is replaced."""
+    workspace.ingest()
+    broken, edited = sorted(workspace.corpus.rglob("*.md"))[:2]
+    doc_id = broken.relative_to(workspace.corpus).as_posix()
+    before = {r["id"] for r in workspace.records() if r["doc_id"] == doc_id}
+    assert before
+    broken.write_bytes(b"\x00\x01garbage\xff\x00" * 50)  # binary, no byte-order mark
+    edited.write_text(edited.read_text() + "\n\nOne more paragraph about syncing files.\n")
+    (report,) = workspace.ingest()
+    assert report.success, report.error
+    assert doc_id in _failed(report)
+    assert {r["id"] for r in workspace.records() if r["doc_id"] == doc_id} == before
+    edited_id = edited.relative_to(workspace.corpus).as_posix()
+    assert any(
+        "One more paragraph" in r["text"] for r in workspace.records() if r["doc_id"] == edited_id
+    )

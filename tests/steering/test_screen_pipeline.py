@@ -208,3 +208,39 @@ def test_unchanged_text_is_never_asked_again_and_thresholds_redecide_without_req
     # threshold did not change, still quarantines the chunk that holds it).
     planted = [r for r in clef_ws.records() if PLANTED in r["text"].lower()]
     assert planted and all(r["decided_by"] != "clef" for r in planted)
+
+
+def test_a_document_that_stores_nothing_is_unchanged_on_the_next_run(
+    clef_ws: Workspace, fake: FakeServer
+) -> None:
+    """Every paragraph of a page dropped as boilerplate: the page stores no record, and the
+    source's manifest entry keeps its hash, so the next run sees it as unchanged (issue 56);
+    edited, it is processed again; removed, it leaves the manifest."""
+    page = clef_ws.corpus / "cookies.md"
+    page.write_text("Cookie settings: we use cookies to remember your preferences.\n")
+    (first,) = clef_ws.ingest()
+    assert first.success, first.error
+    assert not [r for r in clef_ws.records() if r["doc_id"].endswith("cookies.md")]
+    asked = len(fake.requests)
+    (again,) = clef_ws.ingest()
+    assert again.success, again.error
+    docs = again.assets["source_documents"]
+    assert docs["documents_new"] == 0 and docs["documents_changed"] == 0, docs
+    assert docs["documents_unchanged"] == docs["documents"]
+    assert len(fake.requests) == asked  # nothing asked again
+    page.write_text("Cookie settings: we use cookies to remember your language.\n")
+    (edited,) = clef_ws.ingest()
+    assert edited.success, edited.error
+    assert edited.assets["source_documents"]["documents_changed"] == 1
+    (after_edit,) = clef_ws.ingest()
+    assert after_edit.assets["source_documents"]["documents_unchanged"] == docs["documents"]
+    page.unlink()
+    (removed,) = clef_ws.ingest()
+    assert removed.success, removed.error
+    assert removed.assets["source_documents"]["documents_removed"] == 1
+    store = clef_ws.store()
+    try:
+        entry = store.get_manifest("docs")["sources"]["sample"]
+    finally:
+        store.close()
+    assert "cookies.md" not in str(entry.get("empty_documents") or {})
