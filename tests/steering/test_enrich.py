@@ -89,7 +89,9 @@ def test_enrichment_fields_tags_drop_and_quarantine(enrich_ws: Workspace, fake: 
     for recs in by_doc.values():
         assert {r["doc_chunk_count"] for r in recs} == {len(recs)}
     (again,) = enrich_ws.ingest()
-    assert again.assets["source_documents"]["documents_unchanged"] == 5
+    # thin.md stores nothing (dropped whole), yet is recognised as unchanged (issue 56).
+    assert again.assets["source_documents"]["documents_unchanged"] == 6
+    assert again.assets["source_documents"]["documents_new"] == 0
 
 
 def test_failed_enrichment_keeps_chunks_with_needs_reenrich(
