@@ -66,7 +66,10 @@ def _search_view(result: RetrievalResult) -> dict[str, Any]:
     out = result.to_dict()
     trace = out.pop("trace", {})
     out["clef_requests"] = trace.get("clef_requests", 0)
-    out["dropped"] = [{"id": d["id"], "reason": d.get("reason")} for d in out["dropped"]]
+    out["dropped"] = [
+        {k: d[k] for k in ("id", "reason", "decided_by") if d.get(k) is not None}
+        for d in out["dropped"]
+    ]
     return out
 
 

@@ -178,6 +178,9 @@ class RetrievalService:
                 gate=gate,
                 config=getattr(self.settings, "retrieval", None),
                 client=self._compact_client(),
+                # With Clef off, the ingest screen's guard judges planted instructions.
+                guard=self.settings.steering.guard,
+                base_dir=self.settings.base_dir,
             )
 
     def _compact_client(self) -> Any:

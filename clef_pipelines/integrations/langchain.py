@@ -20,6 +20,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
 from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.guard.config import GuardConfig
 from clef_pipelines.integrations._common import passage_metadata, run_sync
 from clef_pipelines.retrieval.result import RetrievalResult
 
@@ -71,6 +72,9 @@ class ClefDocumentCompressor(BaseDocumentCompressor):
     clef: ClefConfig | None = None
     """Clef settings (default `auto`); ignored when `client` is given."""
     data_dir: str | None = None
+    guard: GuardConfig | None = None
+    """The offline guard that drops planted instructions when Clef is off (default: on, the
+    package's weights; `GuardConfig(mode="off")` turns it off)."""
 
     async def acompress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Any = None
@@ -94,6 +98,7 @@ class ClefDocumentCompressor(BaseDocumentCompressor):
             max_passages=self.max_passages,
             clef=self.clef,
             data_dir=self.data_dir,
+            guard=self.guard,
         )
         out = []
         for n, c in result.numbered:

@@ -18,6 +18,7 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.guard.config import GuardConfig
 from clef_pipelines.integrations._common import passage_metadata, run_sync
 from clef_pipelines.retrieval.result import RetrievalResult
 from clef_pipelines.steering.candidates import Candidate
@@ -72,6 +73,10 @@ class ClefNodePostprocessor(BaseNodePostprocessor):
     max_passages: int | None = Field(default=None)
     clef: ClefConfig | None = Field(default=None, description="Clef settings (default auto).")
     data_dir: str | None = Field(default=None)
+    guard: GuardConfig | None = Field(
+        default=None,
+        description="Offline guard dropping planted instructions when Clef is off (default on).",
+    )
 
     @classmethod
     def class_name(cls) -> str:
@@ -98,6 +103,7 @@ class ClefNodePostprocessor(BaseNodePostprocessor):
                 max_passages=self.max_passages,
                 clef=self.clef,
                 data_dir=self.data_dir,
+                guard=self.guard,
             )
         )
         out = []

@@ -27,7 +27,8 @@ class Candidate:
     conflict: bool = False
     # Why the passage was left out (None: kept). `unscored` never drops: a failed Clef call
     # keeps vector order.
-    #   "instructs_ai": Clef: instructions addressed to an AI assistant, not information
+    #   "instructs_ai": instructions addressed to an AI assistant, not information (Clef,
+    #     or the offline guard where Clef did not judge: `decided_by` says which)
     #   "irrelevant": Clef: does not address the query
     #   "no_evidence": threshold strategy: relevant but holds nothing usable in an answer
     #   "duplicate": the same text as a passage already kept
@@ -35,6 +36,10 @@ class Candidate:
     #   "over_budget": did not fit the token budget
     #   "not_needed": not asked (classify waves): ranked below the kept set whatever Clef said
     reason: str | None = None
+    #: Who dropped the passage for `instructs_ai`: "clef" or "guard".
+    decided_by: str | None = None
+    #: The offline guard's P(injection), where it judged the passage (Clef off).
+    p_guard: float | None = None
     expanded_from: str | None = None
 
     @property
@@ -89,6 +94,10 @@ class Candidate:
             out["conflict"] = True
         if self.reason:
             out["reason"] = self.reason
+        if self.decided_by:
+            out["decided_by"] = self.decided_by
+        if self.p_guard is not None:
+            out["p_guard"] = round(self.p_guard, 4)
         if self.expanded_from:
             out["expanded_from"] = self.expanded_from
         meta = {
