@@ -19,6 +19,8 @@ class Candidate:
 
     id: str
     text: str
+    #: The recall score (named for history: it is a vector similarity only in `vector` mode;
+    #: `score_kind` says what it holds).
     vector_score: float = 0.0
     rank: int = 0  # 1-based place in recall (vector) order
     record: dict[str, Any] = field(default_factory=dict)
@@ -41,6 +43,8 @@ class Candidate:
     #: The offline guard's P(injection), where it judged the passage (Clef off).
     p_guard: float | None = None
     expanded_from: str | None = None
+    #: What `vector_score` holds (`SCORE_KINDS`).
+    score_kind: str = "vector_similarity"
 
     @property
     def title(self) -> str:
@@ -86,6 +90,9 @@ class Candidate:
             "char_start": self.record.get("char_start"),
             "char_end": self.record.get("char_end"),
             "rank": self.rank,
+            "recall_score": round(self.vector_score, 6),
+            "recall_score_kind": self.score_kind,
+            # The same value under its old name, kept for older callers (deprecated).
             "vector_score": round(self.vector_score, 6),
             "tokens": self.tokens,
             "scores": {k: round(v, 4) for k, v in self.scores.items()},
@@ -109,6 +116,25 @@ class Candidate:
         return out
 
 
+#: What a candidate's recall score holds. Only a vector similarity is in [0, 1]; a fused score
+#: ranks the candidates of one query and means nothing across queries.
+SCORE_KINDS = {
+    "vector_similarity": "similarity of the query's and the passage's vectors, in [0, 1]",
+    "text_match": "the store's full-text match score, in [0, 1)",
+    "fused_zscore": "hybrid recall: sum of each list's standardised scores (not in [0, 1])",
+    "fused_weighted": "hybrid recall: sum of each list's min-max scaled scores",
+    "fused_rrf": "hybrid recall: reciprocal rank fusion, sum of w / (k + rank)",
+    "caller": "the score the caller handed in with the passage (compact)",
+}
+
+
+def recall_score_kind(mode: str, fusion_method: str) -> str:
+    """The `score_kind` of a candidate recalled in `retrieval.mode` `mode`."""
+    if mode == "hybrid":
+        return f"fused_{fusion_method}"
+    return "text_match" if mode == "text" else "vector_similarity"
+
+
 def normalised_text(text: str) -> str:
     """Text compared for duplicates: case and blank space do not make a passage new."""
     return " ".join(text.split()).casefold()
@@ -123,7 +149,7 @@ def as_candidates(items: Any, count_tokens: Any) -> list[Candidate]:
         if isinstance(item, Candidate):
             c = item
         elif isinstance(item, str):
-            c = Candidate(id=str(i), text=item, rank=i)
+            c = Candidate(id=str(i), text=item, rank=i, score_kind="caller")
         elif isinstance(item, dict):
             if not isinstance(item.get("text"), str):
                 raise ValueError(f"passage {i}: a dict passage needs a string 'text'")
@@ -137,6 +163,7 @@ def as_candidates(items: Any, count_tokens: Any) -> list[Candidate]:
                 vector_score=float(score or 0.0),
                 rank=i,
                 record=record,
+                score_kind="caller",
             )
         else:
             raise ValueError(f"passage {i}: expected a string or a dict, not {type(item).__name__}")
