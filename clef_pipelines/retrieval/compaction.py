@@ -28,7 +28,7 @@ from clef_pipelines.clef.client import ClefClient
 from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.guard.config import GuardConfig
 from clef_pipelines.retrieval.config import RetrievalConfig
-from clef_pipelines.retrieval.passage_guard import screen_with_guard
+from clef_pipelines.retrieval.passage_guard import screen_what_clef_left, screen_with_guard
 from clef_pipelines.retrieval.result import RetrievalResult
 from clef_pipelines.retrieval.steer import steer
 from clef_pipelines.steering.candidates import as_candidates
@@ -87,13 +87,16 @@ async def acompact(
         client = ClefClient(clef or ClefConfig(), data_dir=data_dir)
     try:
         ask_instructs_ai = cfg.classify.instructs_ai != "never"
-        if clef_judges_instructions(cfg, client, ask_instructs_ai=ask_instructs_ai):
+        by_clef = clef_judges_instructions(cfg, client, ask_instructs_ai=ask_instructs_ai)
+        if by_clef:
             result.instruction_screen = {"judged_by": "clef", "mode": "on"}
         else:
             await screen_with_guard(result, candidates, guard or GuardConfig(), base_dir)
         await steer(
             result, candidates, cfg, client, ask_instructs_ai=ask_instructs_ai, run_gate=gate
         )
+        if by_clef and result.degraded:
+            await screen_what_clef_left(result, guard or GuardConfig(), base_dir)
     finally:
         if own:
             await client.aclose()

@@ -106,3 +106,31 @@ async def screen_with_guard(
         key: flagged,
         "not_judged": not_judged,
     }
+
+
+async def screen_what_clef_left(
+    result: RetrievalResult, cfg: GuardConfig, base_dir: str | Path = "."
+) -> None:
+    """Clef was to judge planted instructions, but some shown passages have no answer (a Clef
+    failure keeps them, in vector order): the guard judges those, and a passage it flags
+    leaves the result as it would with Clef off. Without this, a Clef outage would let a
+    planted instruction through."""
+    shown = [*result.passages, *result.conflicts]
+    unjudged = [c for c in shown if "instructs_ai" not in c.scores]
+    if not unjudged:
+        return
+    await screen_with_guard(result, unjudged, cfg, base_dir)
+    gone = {id(c) for c in unjudged if c.reason is not None}
+    if gone:
+        result.passages = [c for c in result.passages if id(c) not in gone]
+        result.conflicts = [c for c in result.conflicts if id(c) not in gone]
+        for c in unjudged:
+            if id(c) in gone:
+                c.conflict = False
+                result.dropped.append(c)
+                result.tokens.after -= c.tokens
+    screen = result.instruction_screen or {}
+    screen["note"] = f"Clef did not judge {len(unjudged)} shown passage(s) (degraded); " + (
+        "the offline guard judged them" if cfg.mode != "off" else "steering.guard is off"
+    )
+    result.instruction_screen = screen
