@@ -86,6 +86,31 @@ def test_replies_are_compact(collection_factory: Any) -> None:
         assert len(text) < 2.5 * sum(len(p["text"]) for p in passages)
 
 
+def test_answer_reply_is_compact(
+    fake: FakeServer, collection_factory: Any, chat: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("LLM_KEY", "sk-test")
+    fake.answer_with(judge(gate_p=0.9))
+    col = collection_factory(
+        fake, answer={"base_url": chat.base_url + "/v1", "model": "m", "api_key_env": "LLM_KEY"}
+    )
+
+    async def go() -> Any:
+        with RetrievalService(col.settings, store=col.store) as service:
+            async with Client(build_mcp_server(service)) as client:
+                reply = await client.call_tool("answer", {"query": QUERY})
+                await service.aclose_loop_clients()
+                return reply
+
+    reply = asyncio.run(go())
+    assert not reply.is_error
+    data = reply.structured_content
+    assert data["answer"] == chat.reply and data["citations"][0]["n"] == 1
+    assert data["retrieval"]["passages"][0]["text"] == PASSAGES[0]
+    text = "".join(c.text for c in reply.content if hasattr(c, "text"))
+    assert json.loads(text) == data and "trace" not in text
+
+
 def _config(tmp_path: Any) -> str:
     import yaml
 
