@@ -65,6 +65,7 @@ async def acompact(
     data_dir: str | None = None,
     guard: GuardConfig | None = None,
     base_dir: str | Path = ".",
+    guard_deadline_s: float | None = None,
 ) -> RetrievalResult:
     """Compact `passages` (strings, dicts with `text`, or Candidates) for `query`.
 
@@ -72,7 +73,9 @@ async def acompact(
     (default: `auto`) and closed afterwards. `gate=True` also asks the answer gate.
     `guard`: the offline guard that judges planted instructions when Clef does not
     (`steering.guard`, default: on with the package's weights; `base_dir` resolves its
-    weights file).
+    weights file). `guard_deadline_s`: seconds from the call's start by which the guard must
+    have judged what a failing Clef left unjudged (None: no limit); what it has not judged
+    by then is withheld as `unscreened`.
     """
     from clef_pipelines.chunking.tokens import count_tokens
 
@@ -96,7 +99,10 @@ async def acompact(
             result, candidates, cfg, client, ask_instructs_ai=ask_instructs_ai, run_gate=gate
         )
         if by_clef and result.degraded:
-            await screen_what_clef_left(result, guard or GuardConfig(), base_dir)
+            left = guard_deadline_s
+            if left is not None:
+                left -= time.perf_counter() - started
+            await screen_what_clef_left(result, guard or GuardConfig(), base_dir, within_s=left)
     finally:
         if own:
             await client.aclose()

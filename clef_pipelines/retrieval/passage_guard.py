@@ -109,17 +109,37 @@ async def screen_with_guard(
 
 
 async def screen_what_clef_left(
-    result: RetrievalResult, cfg: GuardConfig, base_dir: str | Path = "."
+    result: RetrievalResult,
+    cfg: GuardConfig,
+    base_dir: str | Path = ".",
+    *,
+    within_s: float | None = None,
 ) -> None:
     """Clef was to judge planted instructions, but some shown passages have no answer (a Clef
     failure keeps them, in vector order): the guard judges those, and a passage it flags
     leaves the result as it would with Clef off. Without this, a Clef outage would let a
-    planted instruction through."""
+    planted instruction through.
+
+    `within_s`: the time left for it (a request's deadline, Clef having used most of it).
+    A guard not done by then (loading MiniLM cold takes seconds) leaves those passages out as
+    `unscreened` rather than letting them through unjudged; it finishes loading in the
+    background, so the next request finds it ready."""
     shown = [*result.passages, *result.conflicts]
     unjudged = [c for c in shown if "instructs_ai" not in c.scores]
     if not unjudged:
         return
-    await screen_with_guard(result, unjudged, cfg, base_dir)
+    try:
+        async with asyncio.timeout(within_s):
+            await screen_with_guard(result, unjudged, cfg, base_dir)
+        note = "the offline guard judged them" if cfg.mode != "off" else "steering.guard is off"
+    except TimeoutError:
+        for c in unjudged:
+            c.reason = "unscreened"
+        stage = result.stage("guard")
+        if stage is not None:
+            stage.error = "not ready within the request's deadline"
+        result.degrade("the guard was not ready in time: unjudged passages withheld")
+        note = "the offline guard was not ready in time: they were withheld as unscreened"
     gone = {id(c) for c in unjudged if c.reason is not None}
     if gone:
         result.passages = [c for c in result.passages if id(c) not in gone]
@@ -130,7 +150,5 @@ async def screen_what_clef_left(
                 result.dropped.append(c)
                 result.tokens.after -= c.tokens
     screen = result.instruction_screen or {}
-    screen["note"] = f"Clef did not judge {len(unjudged)} shown passage(s) (degraded); " + (
-        "the offline guard judged them" if cfg.mode != "off" else "steering.guard is off"
-    )
+    screen["note"] = f"Clef did not judge {len(unjudged)} shown passage(s) (degraded); {note}"
     result.instruction_screen = screen

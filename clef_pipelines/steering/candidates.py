@@ -37,6 +37,8 @@ class Candidate:
     #   "over_max_passages": ranked below the `max_passages` best
     #   "over_budget": did not fit the token budget
     #   "not_needed": not asked (classify waves): ranked below the kept set whatever Clef said
+    #   "unscreened": compaction after a Clef failure: the offline guard could not judge it
+    #     for planted instructions within the request's deadline, so it is withheld
     reason: str | None = None
     #: Who dropped the passage for `instructs_ai`: "clef" or "guard".
     decided_by: str | None = None

@@ -85,6 +85,28 @@ def test_a_clef_outage_does_not_let_an_instruction_through(
     assert "Clef did not judge" in body["instruction_screen"]["note"]
 
 
+def test_a_guard_not_ready_in_time_withholds_rather_than_lets_through(
+    fake: FakeServer, monkeypatch: Any, tmp_path: Any
+) -> None:
+    """After a Clef failure the guard has what is left of the request's time; passages it has
+    not judged by then are withheld as `unscreened`, never passed on unjudged."""
+    from clef_pipelines.retrieval import compact
+
+    monkeypatch.setenv("CLEF_TEST_KEY", "test-key")
+    fake.script(*[Reply(status=503) for _ in range(40)])
+    clef = ClefConfig(
+        backend="self-hosted",
+        base_url=fake.base_url,
+        api_key_env="CLEF_TEST_KEY",
+        cache=False,
+        max_retries=0,
+    )
+    result = compact(QUERY, PASSAGES, clef=clef, data_dir=str(tmp_path), guard_deadline_s=0.0)
+    assert result.degraded and result.passages == [] and result.tokens.after == 0
+    assert [c.reason for c in result.dropped] == ["unscreened"] * 3
+    assert "withheld" in (result.instruction_screen or {})["note"]
+
+
 def test_chat_completions(collection_factory: Any, api_factory: Any) -> None:
     api = api_factory(collection_factory(None))
     client = openai.OpenAI(base_url=f"{api.base_url}/v1", api_key="k", max_retries=0)
