@@ -188,7 +188,9 @@ def _pieces(content: str) -> list[str]:
     return [p for p in re.split(r"(?<=\n\n)", content) if p]
 
 
-def completion_chunks(completion: dict[str, Any], *, include_usage: bool) -> Iterator[dict]:
+def completion_chunks(
+    completion: dict[str, Any], *, include_usage: bool
+) -> Iterator[dict[str, Any]]:
     """A `chat.completion` as the `chat.completion.chunk` objects OpenAI streams."""
     base = {
         "id": completion["id"],
@@ -217,7 +219,7 @@ def completion_chunks(completion: dict[str, Any], *, include_usage: bool) -> Ite
         yield {**base, "choices": [], "usage": completion["usage"]}
 
 
-def server_sent_events(chunks: Iterator[dict]) -> Iterator[bytes]:
+def server_sent_events(chunks: Iterator[dict[str, Any]]) -> Iterator[bytes]:
     """`data: {json}` events, then `data: [DONE]`, as OpenAI ends a stream."""
     for c in chunks:
         yield f"data: {json.dumps(c, separators=(',', ':'))}\n\n".encode()
