@@ -308,13 +308,15 @@ class _Handlers:
         )
         if not req.stream:
             return completion
-        # Compaction is done before the first byte: an error is still a JSON error with its
-        # status, and the stream holds exactly the non-stream call's content.
+        # Compaction is done and every event rendered before the first byte: an error (a
+        # value JSON cannot carry included) is still a JSON error with its status, and the
+        # stream holds exactly the non-stream call's content.
         include_usage = req.stream_options is not None and req.stream_options.include_usage
+        events = list(
+            server_sent_events(completion_chunks(completion, include_usage=include_usage))
+        )
         return StreamingResponse(
-            server_sent_events(completion_chunks(completion, include_usage=include_usage)),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache"},
+            iter(events), media_type="text/event-stream", headers={"cache-control": "no-cache"}
         )
 
     async def models(self, request: Request) -> Any:

@@ -222,7 +222,7 @@ def completion_chunks(
 def server_sent_events(chunks: Iterator[dict[str, Any]]) -> Iterator[bytes]:
     """`data: {json}` events, then `data: [DONE]`, as OpenAI ends a stream."""
     for c in chunks:
-        yield f"data: {json.dumps(c, separators=(',', ':'))}\n\n".encode()
+        yield f"data: {json.dumps(c, separators=(',', ':'), allow_nan=False)}\n\n".encode()
     yield b"data: [DONE]\n\n"
 
 
