@@ -3,8 +3,8 @@ guarantees (no quarantined text, cited passages, degraded rather than failed on 
 
 Tools: `search` (retrieve with filters), `answer`, `compact`, `list_collections`. Each result
 is structured, with only what an agent needs (numbered, cited passages, what was dropped and
-why, the verdict), and the same as compact JSON text. Transports: stdio (default) and streamable HTTP
-(bound to 127.0.0.1 unless told otherwise), both from the `mcp` package.
+why, the verdict), and the same as compact JSON text. Transports: stdio (default) and
+streamable HTTP (bound to 127.0.0.1 unless told otherwise), both from the `mcp` package.
 
 The tools have the HTTP API's limits (the same models and `api:` settings): `top_k` within
 1..`MAX_TOP_K`, a query of at most `api.max_query_chars`, at most `api.max_passages` passages
