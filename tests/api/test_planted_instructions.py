@@ -58,7 +58,7 @@ def test_cli_compact(tmp_path: Any, monkeypatch: Any) -> None:
     assert human.exit_code == 0 and "instructs_ai (guard)" in human.output
 
 
-def test_http_compact_and_guard_mode_off(collection_factory: Any, api_factory: Any) -> None:
+def test_http_compact_and_guard_modes(collection_factory: Any, api_factory: Any) -> None:
     api = api_factory(collection_factory(None))
     body = post(api, {"query": QUERY, "passages": PASSAGES})
     assert [p["text"] for p in body["passages"]] == CLEAN
@@ -71,6 +71,12 @@ def test_http_compact_and_guard_mode_off(collection_factory: Any, api_factory: A
     assert [p["text"] for p in off["passages"]] == PASSAGES and off["dropped"] == []
     screen = off["instruction_screen"]
     assert screen["judged_by"] is None and "not screened" in screen["note"]
+
+    col = collection_factory(None)
+    col.settings.steering.guard.mode = "shadow"
+    shadow = post(api_factory(col), {"query": QUERY, "passages": PASSAGES})
+    assert [p["text"] for p in shadow["passages"]] == PASSAGES and shadow["dropped"] == []
+    assert shadow["instruction_screen"]["would_drop"] == ["2"]
 
 
 def test_a_clef_outage_does_not_let_an_instruction_through(
