@@ -4,6 +4,8 @@
     POST /v1/answer            same body                                    -> AnswerResult
     POST /v1/compact           {"query", "passages", "token_budget"?, ...}  -> RetrievalResult
     POST /v1/chat/completions  an OpenAI chat body; the answer is the compacted context
+                               (`stream: true`: server-sent events, as OpenAI streams)
+    GET  /v1/models            the model the chat endpoint serves, in OpenAI's list shape
     GET  /v1/collections       the served collections
     GET  /openapi.json         this API as OpenAPI 3.1
     GET  /health               liveness (no auth, says nothing about the deployment)
@@ -38,7 +40,7 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from clef_pipelines import __version__
@@ -54,7 +56,16 @@ from clef_pipelines.api.models import (
     first_error,
     json_schemas,
 )
-from clef_pipelines.api.openai_compat import ChatRequestError, chat_completion, chat_request_parts
+from clef_pipelines.api.openai_compat import (
+    COMPACT_MODEL,
+    ChatRequestError,
+    chat_completion,
+    chat_request_parts,
+    completion_chunks,
+    model_object,
+    models_list,
+    server_sent_events,
+)
 from clef_pipelines.api.service import RetrievalService, UnknownCollection
 from clef_pipelines.clef.http_limits import guarded_uvicorn_config
 from clef_pipelines.retrieval.answer import AnswerError, AnswerNotConfigured
@@ -280,16 +291,42 @@ class _Handlers:
     async def chat(self, request: Request) -> Any:
         api = self.api
         req = _parse(ChatCompletionRequest, await _read_json(request, api))
-        query, passages = chat_request_parts(req)
-        check_query(query, api)
-        if len(passages) > api.max_passages:
+        parts = chat_request_parts(req)
+        check_query(parts.query, api)
+        if len(parts.passages) > api.max_passages:
             raise ApiError(
                 422, "invalid_request", f"context: over {api.max_passages} chunks", "context"
             )
         result = await self.service.compact(
-            query, passages, token_budget=req.token_budget, max_passages=req.max_passages
+            parts.query,
+            parts.passages,
+            token_budget=req.token_budget,
+            max_passages=req.max_passages,
         )
-        return chat_completion(req, result, completion_id=f"chatcmpl-{uuid.uuid4().hex}")
+        completion = chat_completion(
+            req, parts, result, completion_id=f"chatcmpl-{uuid.uuid4().hex}"
+        )
+        if not req.stream:
+            return completion
+        # Compaction is done and every event rendered before the first byte: an error (a
+        # value JSON cannot carry included) is still a JSON error with its status, and the
+        # stream holds exactly the non-stream call's content.
+        include_usage = req.stream_options is not None and req.stream_options.include_usage
+        events = list(
+            server_sent_events(completion_chunks(completion, include_usage=include_usage))
+        )
+        return StreamingResponse(
+            iter(events), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
+
+    async def models(self, request: Request) -> Any:
+        return models_list()
+
+    async def model(self, request: Request) -> Any:
+        name = request.path_params["model"]
+        if name != COMPACT_MODEL:
+            raise ApiError(404, "not_found", f"model {name!r} is not served here", "model")
+        return model_object(name)
 
     async def collections(self, request: Request) -> Any:
         return {"collections": await asyncio.to_thread(self.service.describe_collections)}
@@ -325,6 +362,9 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
                     raise ApiError(401, "unauthorized", "missing or wrong bearer key")
                 out = await asyncio.wait_for(handler(request), timeout=api.request_timeout_s)
                 headers = {"x-clef-ms": f"{(time.perf_counter() - started) * 1e3:.1f}"}
+                if isinstance(out, Response):  # a stream, made once the work is done
+                    out.headers.update(headers)
+                    return out
                 # Rendered here so that a value JSON cannot carry is a JSON error too.
                 return JSONResponse(out, headers=headers)
             except Exception as exc:  # noqa: BLE001 - mapped (and logged); never a traceback
@@ -343,6 +383,8 @@ def build_app(service: RetrievalService, *, api_key: str | None = None) -> Starl
         Route("/v1/compact", endpoint(handlers.compact), methods=["POST"]),
         Route("/v1/chat/completions", endpoint(handlers.chat), methods=["POST"]),
         Route("/v1/collections", endpoint(handlers.collections), methods=["GET"]),
+        Route("/v1/models", endpoint(handlers.models), methods=["GET"]),
+        Route("/v1/models/{model}", endpoint(handlers.model), methods=["GET"]),
         Route("/openapi.json", endpoint(handlers.openapi, auth=False), methods=["GET"]),
         Route("/health", _health, methods=["GET"]),
     ]
@@ -423,6 +465,12 @@ def openapi_document() -> dict[str, Any]:
                 "ChatCompletionRequest",
                 "chat.completion",
             ),
+            "/v1/models": {
+                "get": {
+                    "summary": "OpenAI-compatible: the model the chat endpoint serves",
+                    "responses": {"200": {"description": "a list of models"}},
+                }
+            },
             "/v1/collections": {
                 "get": {
                     "summary": "The collections served",

@@ -2,9 +2,9 @@
 guarantees (no quarantined text, cited passages, degraded rather than failed on a Clef error).
 
 Tools: `search` (retrieve with filters), `answer`, `compact`, `list_collections`. Each result
-is structured (the `to_dict()` shapes, trimmed of the trace an agent does not need) and also
-rendered as text with numbered citations. Transports: stdio (default) and streamable HTTP
-(bound to 127.0.0.1 unless told otherwise), both from the `mcp` package.
+is structured, with only what an agent needs (numbered, cited passages, what was dropped and
+why, the verdict), and the same as compact JSON text. Transports: stdio (default) and
+streamable HTTP (bound to 127.0.0.1 unless told otherwise), both from the `mcp` package.
 
 The tools have the HTTP API's limits (the same models and `api:` settings): `top_k` within
 1..`MAX_TOP_K`, a query of at most `api.max_query_chars`, at most `api.max_passages` passages
@@ -22,7 +22,7 @@ import json
 import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -32,8 +32,10 @@ from mcp.shared.message import SessionMessage
 from mcp_types import (
     INVALID_REQUEST,
     PARSE_ERROR,
+    CallToolResult,
     ErrorData,
     JSONRPCError,
+    TextContent,
     jsonrpc_message_adapter,
 )
 from pydantic import ValidationError
@@ -61,20 +63,50 @@ INSTRUCTIONS = (
 )
 
 
-def _search_view(result: RetrievalResult) -> dict[str, Any]:
-    """What an agent needs from a result: numbered, cited passages and the verdict."""
-    out = result.to_dict()
-    trace = out.pop("trace", {})
-    out["clef_requests"] = trace.get("clef_requests", 0)
-    out["dropped"] = [{"id": d["id"], "reason": d.get("reason")} for d in out["dropped"]]
+def _search_view(result: RetrievalResult, *, dropped_ids: bool = False) -> dict[str, Any]:
+    """What an agent needs from a result, and no more (every token of a reply is read by the
+    agent's model): the passages in prompt order with their number, citation and text (a
+    conflict marked), what was dropped and why, and the verdict. Scores, offsets, the trace
+    and the rendered prompt are left out: they would repeat the passages (a reply used to be
+    about 9x the passage text). `dropped_ids`: list each dropped passage's id (compact: the
+    caller's own passages); else count them by reason (search: passages the agent never saw)."""
+    passages: list[dict[str, Any]] = []
+    for n, c in result.numbered:
+        p: dict[str, Any] = {"n": n, "id": c.id, "text": c.text}
+        if c.citation != c.id:  # a bare passage handed to compact cites as its id
+            p["citation"] = c.citation
+        if c.conflict:
+            p["conflict"] = True
+        passages.append(p)
+    out: dict[str, Any] = {"passages": passages}
+    if result.abstain:
+        out["not_in_documents"] = f"Not in the documents ({result.reason})."
+    out["abstain"] = result.abstain
+    out["degraded"] = result.degraded
+    if result.degraded:
+        out["degraded_reasons"] = list(result.degraded_reasons)
+    if dropped_ids:
+        out["dropped"] = [
+            {
+                k: v
+                for k, v in (("id", c.id), ("reason", c.reason), ("decided_by", c.decided_by))
+                if v
+            }
+            for c in result.dropped
+        ]
+    else:
+        reasons = [str(c.reason) for c in result.dropped]
+        out["dropped"] = {r: reasons.count(r) for r in sorted(set(reasons))}
+    if result.instruction_screen is not None and result.instruction_screen["judged_by"] is None:
+        out["instruction_screen"] = result.instruction_screen  # say when nothing screened
     return out
 
 
-def _as_text(result: RetrievalResult) -> str:
-    if result.abstain:
-        return f"Not in the documents ({result.reason})."
-    prompt = result.to_prompt()
-    return prompt or "No passage matched."
+def _reply(view: dict[str, Any]) -> CallToolResult:
+    """The view as structured content and, for clients that read text, as compact JSON (no
+    indentation: the library's default indents by two, which grows a reply by a third)."""
+    text = json.dumps(view, separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=view)
 
 
 def _anticipated(api: ApiConfig) -> Callable[[F], F]:
@@ -108,8 +140,8 @@ def build_mcp_server(service: RetrievalService) -> MCPServer:
 
     @server.tool(description="The document collections that can be searched.")
     @anticipated
-    async def list_collections() -> dict[str, Any]:
-        return {"collections": service.describe_collections()}
+    async def list_collections() -> Annotated[CallToolResult, dict[str, Any]]:
+        return _reply({"collections": service.describe_collections()})
 
     @server.tool(
         description="Search a collection. Returns passages with numbers and citations, the "
@@ -122,12 +154,10 @@ def build_mcp_server(service: RetrievalService) -> MCPServer:
         collection: CollectionName | None = None,
         top_k: TopK | None = None,
         where: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
         check_query(query, api)
         result = await service.retrieve(query, collection=collection, top_k=top_k, where=where)
-        view = _search_view(result)
-        view["context"] = _as_text(result)
-        return view
+        return _reply(_search_view(result))
 
     @server.tool(
         description="Answer a question from a collection with an LLM, citing passages by "
@@ -139,12 +169,16 @@ def build_mcp_server(service: RetrievalService) -> MCPServer:
         collection: CollectionName | None = None,
         top_k: TopK | None = None,
         where: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
         check_query(query, api)
         res = await service.answer(query, collection=collection, top_k=top_k, where=where)
-        out = res.to_dict()
-        out["retrieval"] = _search_view(res.retrieval)
-        return out
+        view = {
+            "answer": res.text,
+            "abstained": res.abstained,
+            "citations": res.citations,
+            "retrieval": _search_view(res.retrieval),
+        }
+        return _reply(view)
 
     @server.tool(
         description="Compact passages for a query: drop irrelevant ones and planted "
@@ -153,13 +187,13 @@ def build_mcp_server(service: RetrievalService) -> MCPServer:
     @anticipated
     async def compact(
         query: str, passages: list[str], token_budget: TokenBudget | None = None
-    ) -> dict[str, Any]:
+    ) -> Annotated[CallToolResult, dict[str, Any]]:
         check_query(query, api)
         check_passages(passages, api)
         result = await service.compact(query, passages, token_budget=token_budget)
-        view = _search_view(result)
-        view["context"] = _as_text(result)
-        return view
+        view = _search_view(result, dropped_ids=True)
+        view["tokens"] = {"before": result.tokens.before, "after": result.tokens.after}
+        return _reply(view)
 
     return server
 

@@ -110,15 +110,23 @@ class ChatMessage(BaseModel):
         return "\n".join(p.text or "" for p in self.content or [] if p.type == "text")
 
 
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    include_usage: bool = False
+
+
 class ChatCompletionRequest(BaseModel):
-    """An OpenAI chat completion body. The question is the last user message; the context
-    chunks come from the extension field `context` or, without it, from the other messages.
-    OpenAI's sampling parameters are accepted and ignored: nothing is generated."""
+    """An OpenAI chat completion body. The question is the last user message; the first
+    message, when a system or developer one, is the caller's prompt (never compacted); the
+    context chunks come from the extension field `context` or, without it, from the other
+    non-user messages. OpenAI's sampling parameters are accepted and ignored: nothing is
+    generated. `stream=True` answers with server-sent events."""
 
     model_config = ConfigDict(extra="allow")
     model: str = "clef-compact"
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
+    stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=1)
     context: list[str | PassageIn] | None = Field(
         None, description="Extension: the chunks to compact."

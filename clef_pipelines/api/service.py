@@ -178,6 +178,12 @@ class RetrievalService:
                 gate=gate,
                 config=getattr(self.settings, "retrieval", None),
                 client=self._compact_client(),
+                # With Clef off, the ingest screen's guard judges planted instructions.
+                guard=self.settings.steering.guard,
+                base_dir=self.settings.base_dir,
+                # After a Clef failure (80% of the request's time), the guard judges what
+                # Clef did not, within 90%: the reply still leaves before the 504.
+                guard_deadline_s=0.9 * self.api.request_timeout_s,
             )
 
     def _compact_client(self) -> Any:

@@ -27,6 +27,7 @@ from clef_pipelines.cli.common import (
 
 if TYPE_CHECKING:
     from clef_pipelines.retrieval.result import RetrievalResult
+    from clef_pipelines.steering.candidates import Candidate
 
 _WHERE_HELP = 'Filter as JSON, e.g. {"source": "docs"}; skips routing.'
 
@@ -100,6 +101,11 @@ def _scores(scores: dict[str, float]) -> str:
     return " ".join(f"{short.get(k, k)} {v:.2f}" for k, v in scores.items())
 
 
+def _why(c: Candidate) -> str:
+    """A dropped passage's reason, with who decided where a judge did (`instructs_ai (guard)`)."""
+    return f"{c.reason} ({c.decided_by})" if c.decided_by else str(c.reason)
+
+
 def print_result(result: RetrievalResult, *, verbose: bool, header: bool) -> None:
     """The human view of one result; `verbose` adds what was dropped and the trace."""
     if header:
@@ -127,7 +133,7 @@ def print_result(result: RetrievalResult, *, verbose: bool, header: bool) -> Non
         console.print(f"[bold]dropped ({len(result.dropped)}):[/]")
         for c in sorted(result.dropped, key=lambda c: c.rank):
             console.print(
-                f"  [dim]#{c.rank}[/] [magenta]{lit(c.reason)}[/] {_scores(c.scores)}  "
+                f"  [dim]#{c.rank}[/] [magenta]{lit(_why(c))}[/] {_scores(c.scores)}  "
                 f"{lit(c.citation)}"
             )
             console.print(
@@ -305,6 +311,8 @@ def compact(
             config=settings.retrieval,
             clef=settings.clef,
             data_dir=str(settings.data_path),
+            guard=settings.steering.guard,
+            base_dir=settings.base_dir,
         )
     except _errors() as exc:
         fail(str(exc))
@@ -318,6 +326,6 @@ def compact(
             f"tokens {t.before} -> {t.after} (saved {t.saved_fraction:.0%}); "
             f"dropped {len(result.dropped)}: "
             + ", ".join(
-                f"#{c.rank} {lit(c.reason)}" for c in sorted(result.dropped, key=lambda c: c.rank)
+                f"#{c.rank} {lit(_why(c))}" for c in sorted(result.dropped, key=lambda c: c.rank)
             )
         )

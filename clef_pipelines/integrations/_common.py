@@ -11,17 +11,30 @@ from clef_pipelines.steering.candidates import Candidate
 
 T = TypeVar("T")
 
-#: Metadata keys a framework document carries from a kept passage.
-SCORE_KEYS = ("n", "id", "citation", "doc_id", "vector_score", "scores", "conflict")
+#: Metadata keys a framework document carries from a kept passage. `vector_score` is the
+#: recall score's old name, kept for older callers (`recall_score_kind` says what it holds).
+SCORE_KEYS = (
+    "n",
+    "id",
+    "citation",
+    "doc_id",
+    "recall_score",
+    "recall_score_kind",
+    "vector_score",
+    "scores",
+    "conflict",
+)
 
 
 def passage_metadata(n: int, c: Candidate) -> dict[str, Any]:
     """A kept passage's number in the prompt, citation and every score, for the framework's
-    document metadata (JSON-ready)."""
+    document metadata (JSON-ready). `source` is where the text came from (its source URI,
+    else its citation): the key LangChain's loaders and chains read."""
     d = c.as_dict()
     out = {k: d[k] for k in SCORE_KEYS if k in d and k != "n"}
     out["n"] = n
     out["conflict"] = bool(c.conflict)
+    out["source"] = d.get("source_uri") or d.get("citation")
     out["source_uri"] = d.get("source_uri")
     out["section_path"] = d.get("section_path")
     return out

@@ -5,11 +5,17 @@
     kept = ClefNodePostprocessor(token_budget=1500).postprocess_nodes(nodes, query_str="...")
 
 Nodes carry the passage's prompt number, citation and Clef scores in `metadata`; the node score
-is Clef's evidence probability when it was asked, else the vector score.
+is Clef's evidence probability when it was asked, else the recall score. LlamaIndex puts a
+node's metadata into the text an LLM reads and the text it embeds unless told otherwise: ids,
+UUIDs and scores there cost tokens and mean nothing to a model, so every key this adapter adds
+is excluded from both (`excluded_llm_metadata_keys`, `excluded_embed_metadata_keys`) except
+those in `llm_metadata_keys` (default: the citation, which the LLM needs to cite), which the
+LLM still reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.bridge.pydantic import Field
@@ -18,24 +24,43 @@ from llama_index.core.retrievers import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.guard.config import GuardConfig
 from clef_pipelines.integrations._common import passage_metadata, run_sync
 from clef_pipelines.retrieval.result import RetrievalResult
 from clef_pipelines.steering.candidates import Candidate
+
+#: The metadata an LLM reads by default: the citation it is asked to cite by.
+LLM_METADATA_KEYS = ("citation",)
 
 
 def _score(c: Candidate) -> float:
     return float(c.scores.get("contains_answer_evidence", c.vector_score))
 
 
-def _nodes(result: RetrievalResult, include_on_abstain: bool) -> list[NodeWithScore]:
+def _hide_added_metadata(node: Any, added: Sequence[str], llm_keys: Sequence[str]) -> None:
+    """Keep the keys this adapter added out of the embed text, and out of the LLM's text
+    except `llm_keys`; the caller's own keys and exclusions stay as they were."""
+    hidden_from_llm = [k for k in added if k not in llm_keys]
+    node.excluded_llm_metadata_keys = list(
+        dict.fromkeys([*node.excluded_llm_metadata_keys, *hidden_from_llm])
+    )
+    node.excluded_embed_metadata_keys = list(
+        dict.fromkeys([*node.excluded_embed_metadata_keys, *added])
+    )
+
+
+def _nodes(
+    result: RetrievalResult, include_on_abstain: bool, llm_keys: Sequence[str]
+) -> list[NodeWithScore]:
     if result.abstain and not include_on_abstain:
         return []
-    return [
-        NodeWithScore(
-            node=TextNode(id_=c.id, text=c.text, metadata=passage_metadata(n, c)), score=_score(c)
-        )
-        for n, c in result.numbered
-    ]
+    out = []
+    for n, c in result.numbered:
+        meta = passage_metadata(n, c)
+        node = TextNode(id_=c.id, text=c.text, metadata=meta)
+        _hide_added_metadata(node, list(meta), llm_keys)
+        out.append(NodeWithScore(node=node, score=_score(c)))
+    return out
 
 
 class ClefLlamaRetriever(BaseRetriever):
@@ -49,19 +74,21 @@ class ClefLlamaRetriever(BaseRetriever):
         top_k: int | None = None,
         where: dict[str, Any] | None = None,
         include_on_abstain: bool = False,
+        llm_metadata_keys: Sequence[str] = LLM_METADATA_KEYS,
     ) -> None:
         super().__init__()
         self._retriever = retriever
         self._kw = {"collection": collection, "top_k": top_k, "where": where}
         self._include_on_abstain = include_on_abstain
+        self._llm_keys = tuple(llm_metadata_keys)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         result = self._retriever.retrieve(query_bundle.query_str, **self._kw)
-        return _nodes(result, self._include_on_abstain)
+        return _nodes(result, self._include_on_abstain, self._llm_keys)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         result = await self._retriever.aretrieve(query_bundle.query_str, **self._kw)
-        return _nodes(result, self._include_on_abstain)
+        return _nodes(result, self._include_on_abstain, self._llm_keys)
 
 
 class ClefNodePostprocessor(BaseNodePostprocessor):
@@ -72,6 +99,14 @@ class ClefNodePostprocessor(BaseNodePostprocessor):
     max_passages: int | None = Field(default=None)
     clef: ClefConfig | None = Field(default=None, description="Clef settings (default auto).")
     data_dir: str | None = Field(default=None)
+    guard: GuardConfig | None = Field(
+        default=None,
+        description="Offline guard dropping planted instructions when Clef is off (default on).",
+    )
+    llm_metadata_keys: list[str] = Field(
+        default_factory=lambda: list(LLM_METADATA_KEYS),
+        description="Added metadata keys the LLM reads; the others are excluded from its text.",
+    )
 
     @classmethod
     def class_name(cls) -> str:
@@ -98,12 +133,15 @@ class ClefNodePostprocessor(BaseNodePostprocessor):
                 max_passages=self.max_passages,
                 clef=self.clef,
                 data_dir=self.data_dir,
+                guard=self.guard,
             )
         )
         out = []
         for n, c in result.numbered:
             original = nodes[int(c.id)]
-            original.node.metadata.update(passage_metadata(n, c))
+            added = passage_metadata(n, c)
+            original.node.metadata.update(added)
             original.node.metadata["id"] = original.node.node_id
+            _hide_added_metadata(original.node, list(added), self.llm_metadata_keys)
             out.append(NodeWithScore(node=original.node, score=_score(c)))
         return out

@@ -4,7 +4,9 @@ What clef-compactor does, and more: every passage is asked whether it is relevan
 answer evidence, contradicts the query's premise, and whether it carries instructions aimed at
 an AI (passages of unknown provenance were never screened), several passages per request.
 Then injections and irrelevant passages are dropped, duplicates removed, conflicts set apart,
-and the token budget is filled with the best passages. Text is never rewritten; every dropped
+and the token budget is filled with the best passages. With Clef off, the offline guard
+(`steering.guard`) judges the passages for planted instructions instead
+(`retrieval/passage_guard.py`). Text is never rewritten; every dropped
 passage says why; `result.tokens` reports tokens before and after and the saved fraction,
 and the trace the Clef requests, tokens and cost.
 
@@ -19,11 +21,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from clef_pipelines.clef.client import ClefClient
 from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.guard.config import GuardConfig
 from clef_pipelines.retrieval.config import RetrievalConfig
+from clef_pipelines.retrieval.passage_guard import screen_what_clef_left, screen_with_guard
 from clef_pipelines.retrieval.result import RetrievalResult
 from clef_pipelines.retrieval.steer import steer
 from clef_pipelines.steering.candidates import as_candidates
@@ -58,11 +63,19 @@ async def acompact(
     client: ClefClient | None = None,
     clef: ClefConfig | None = None,
     data_dir: str | None = None,
+    guard: GuardConfig | None = None,
+    base_dir: str | Path = ".",
+    guard_deadline_s: float | None = None,
 ) -> RetrievalResult:
     """Compact `passages` (strings, dicts with `text`, or Candidates) for `query`.
 
     `client`: a shared Clef client (recommended in services); else one is made from `clef`
     (default: `auto`) and closed afterwards. `gate=True` also asks the answer gate.
+    `guard`: the offline guard that judges planted instructions when Clef does not
+    (`steering.guard`, default: on with the package's weights; `base_dir` resolves its
+    weights file). `guard_deadline_s`: seconds from the call's start by which the guard must
+    have judged what a failing Clef left unjudged (None: no limit); what it has not judged
+    by then is withheld as `unscreened`.
     """
     from clef_pipelines.chunking.tokens import count_tokens
 
@@ -77,14 +90,37 @@ async def acompact(
         client = ClefClient(clef or ClefConfig(), data_dir=data_dir)
     try:
         ask_instructs_ai = cfg.classify.instructs_ai != "never"
+        by_clef = clef_judges_instructions(cfg, client, ask_instructs_ai=ask_instructs_ai)
+        if by_clef:
+            result.instruction_screen = {"judged_by": "clef", "mode": "on"}
+        else:
+            await screen_with_guard(result, candidates, guard or GuardConfig(), base_dir)
         await steer(
             result, candidates, cfg, client, ask_instructs_ai=ask_instructs_ai, run_gate=gate
         )
+        if by_clef and result.degraded:
+            left = guard_deadline_s
+            if left is not None:
+                left -= time.perf_counter() - started
+            await screen_what_clef_left(result, guard or GuardConfig(), base_dir, within_s=left)
     finally:
         if own:
             await client.aclose()
     result.total_ms = (time.perf_counter() - started) * 1e3
     return result
+
+
+def clef_judges_instructions(
+    cfg: RetrievalConfig, client: ClefClient, *, ask_instructs_ai: bool
+) -> bool:
+    """Whether classification asks Clef `instructs_ai` and selection drops on the answer:
+    Clef on, classify and select on, the question not turned off."""
+    return (
+        client.enabled
+        and ask_instructs_ai
+        and cfg.classify.mode == "on"
+        and cfg.select.mode == "on"
+    )
 
 
 def compact(query: str, passages: Sequence[Any], **kw: Any) -> RetrievalResult:

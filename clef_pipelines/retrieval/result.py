@@ -70,6 +70,10 @@ class RetrievalResult:
     tokens: TokenReport = field(default_factory=lambda: TokenReport(0, 0))
     stages: list[StageTrace] = field(default_factory=list)
     total_ms: float = 0.0
+    #: Compaction only: who judged the passages for planted instructions (`judged_by`: clef,
+    #: guard, or None with a `note` saying why nothing did). Retrieval leaves it None: its
+    #: records were screened at ingest.
+    instruction_screen: dict[str, Any] | None = None
 
     # ---- derived ---------------------------------------------------------------------
 
@@ -141,6 +145,11 @@ class RetrievalResult:
             "degraded": self.degraded,
             "degraded_reasons": list(self.degraded_reasons),
             "tokens": self.tokens.as_dict(),
+            **(
+                {"instruction_screen": self.instruction_screen}
+                if self.instruction_screen is not None
+                else {}
+            ),
             "trace": {
                 "total_ms": round(self.total_ms, 2),
                 "clef_requests": self.clef_requests,

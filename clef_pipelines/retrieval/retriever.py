@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from clef_pipelines.config import Settings, load_settings
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.retrieval.result import RetrievalResult, StageTrace
-from clef_pipelines.steering.candidates import Candidate
+from clef_pipelines.steering.candidates import Candidate, recall_score_kind
 
 if TYPE_CHECKING:
     from clef_pipelines.clef.client import ClefClient
@@ -381,7 +381,8 @@ class Retriever:
         result.filter_used = used
         rtrace.ms = recalled[3] if recalled is not None else (time.perf_counter() - t) * 1e3
         rtrace.details["candidates"] = len(passages)
-        candidates = [candidate_from_passage(p) for p in passages]
+        kind = recall_score_kind(cfg.mode, cfg.fusion.method)
+        candidates = [candidate_from_passage(p, kind) for p in passages]
 
         screened = screened_at_ingest(manifest)
         mode = cfg.classify.instructs_ai
@@ -481,7 +482,7 @@ class Retriever:
         return await answer_from_result(result, self._provider)
 
 
-def candidate_from_passage(p: Passage) -> Candidate:
+def candidate_from_passage(p: Passage, score_kind: str = "vector_similarity") -> Candidate:
     from clef_pipelines.chunking.tokens import count_tokens
 
     return Candidate(
@@ -489,6 +490,7 @@ def candidate_from_passage(p: Passage) -> Candidate:
         text=p.text,
         vector_score=p.score,
         rank=p.rank,
+        score_kind=score_kind,
         record={k: v for k, v in p.record.items() if k not in ("vector", "embed_text")},
         tokens=int(p.record.get("tokens") or 0) or count_tokens(p.text),
     )
@@ -520,6 +522,7 @@ def expand_neighbours(
                     text=r.get("text") or "",
                     vector_score=c.vector_score,
                     rank=c.rank,
+                    score_kind=c.score_kind,
                     record={k: v for k, v in r.items() if k not in ("vector", "embed_text")},
                     tokens=tokens,
                     expanded_from=c.id,

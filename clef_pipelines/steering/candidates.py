@@ -19,6 +19,8 @@ class Candidate:
 
     id: str
     text: str
+    #: The recall score (named for history: it is a vector similarity only in `vector` mode;
+    #: `score_kind` says what it holds).
     vector_score: float = 0.0
     rank: int = 0  # 1-based place in recall (vector) order
     record: dict[str, Any] = field(default_factory=dict)
@@ -27,15 +29,24 @@ class Candidate:
     conflict: bool = False
     # Why the passage was left out (None: kept). `unscored` never drops: a failed Clef call
     # keeps vector order.
-    #   "instructs_ai": Clef: instructions addressed to an AI assistant, not information
+    #   "instructs_ai": instructions addressed to an AI assistant, not information (Clef,
+    #     or the offline guard where Clef did not judge: `decided_by` says which)
     #   "irrelevant": Clef: does not address the query
     #   "no_evidence": threshold strategy: relevant but holds nothing usable in an answer
     #   "duplicate": the same text as a passage already kept
     #   "over_max_passages": ranked below the `max_passages` best
     #   "over_budget": did not fit the token budget
     #   "not_needed": not asked (classify waves): ranked below the kept set whatever Clef said
+    #   "unscreened": compaction after a Clef failure: the offline guard could not judge it
+    #     for planted instructions within the request's deadline, so it is withheld
     reason: str | None = None
+    #: Who dropped the passage for `instructs_ai`: "clef" or "guard".
+    decided_by: str | None = None
+    #: The offline guard's P(injection), where it judged the passage (Clef off).
+    p_guard: float | None = None
     expanded_from: str | None = None
+    #: What `vector_score` holds (`SCORE_KINDS`).
+    score_kind: str = "vector_similarity"
 
     @property
     def title(self) -> str:
@@ -81,6 +92,9 @@ class Candidate:
             "char_start": self.record.get("char_start"),
             "char_end": self.record.get("char_end"),
             "rank": self.rank,
+            "recall_score": round(self.vector_score, 6),
+            "recall_score_kind": self.score_kind,
+            # The same value under its old name, kept for older callers (deprecated).
             "vector_score": round(self.vector_score, 6),
             "tokens": self.tokens,
             "scores": {k: round(v, 4) for k, v in self.scores.items()},
@@ -89,6 +103,10 @@ class Candidate:
             out["conflict"] = True
         if self.reason:
             out["reason"] = self.reason
+        if self.decided_by:
+            out["decided_by"] = self.decided_by
+        if self.p_guard is not None:
+            out["p_guard"] = round(self.p_guard, 4)
         if self.expanded_from:
             out["expanded_from"] = self.expanded_from
         meta = {
@@ -98,6 +116,25 @@ class Candidate:
         }
         out["metadata"] = meta
         return out
+
+
+#: What a candidate's recall score holds. Only a vector similarity is in [0, 1]; a fused score
+#: ranks the candidates of one query and means nothing across queries.
+SCORE_KINDS = {
+    "vector_similarity": "similarity of the query's and the passage's vectors, in [0, 1]",
+    "text_match": "the store's full-text match score, in [0, 1)",
+    "fused_zscore": "hybrid recall: sum of each list's standardised scores (not in [0, 1])",
+    "fused_weighted": "hybrid recall: sum of each list's min-max scaled scores",
+    "fused_rrf": "hybrid recall: reciprocal rank fusion, sum of w / (k + rank)",
+    "caller": "the score the caller handed in with the passage (compact)",
+}
+
+
+def recall_score_kind(mode: str, fusion_method: str) -> str:
+    """The `score_kind` of a candidate recalled in `retrieval.mode` `mode`."""
+    if mode == "hybrid":
+        return f"fused_{fusion_method}"
+    return "text_match" if mode == "text" else "vector_similarity"
 
 
 def normalised_text(text: str) -> str:
@@ -114,7 +151,7 @@ def as_candidates(items: Any, count_tokens: Any) -> list[Candidate]:
         if isinstance(item, Candidate):
             c = item
         elif isinstance(item, str):
-            c = Candidate(id=str(i), text=item, rank=i)
+            c = Candidate(id=str(i), text=item, rank=i, score_kind="caller")
         elif isinstance(item, dict):
             if not isinstance(item.get("text"), str):
                 raise ValueError(f"passage {i}: a dict passage needs a string 'text'")
@@ -128,6 +165,7 @@ def as_candidates(items: Any, count_tokens: Any) -> list[Candidate]:
                 vector_score=float(score or 0.0),
                 rank=i,
                 record=record,
+                score_kind="caller",
             )
         else:
             raise ValueError(f"passage {i}: expected a string or a dict, not {type(item).__name__}")

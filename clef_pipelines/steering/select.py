@@ -96,6 +96,8 @@ def select(candidates: Sequence[Candidate], cfg: SelectConfig) -> Selection:
             out.conflicts.append(c)
         else:
             c.reason = verdict
+            if verdict == "instructs_ai":
+                c.decided_by = "clef"
             out.dropped.append(c)
     key = order_key(cfg)
     cap = cfg.max_passages

@@ -187,3 +187,21 @@ def test_openapi_document_lists_every_body(collection_factory: Any, api_factory:
     schemas = doc["components"]["schemas"]
     assert schemas["RetrieveRequest"]["required"] == ["query"]
     json.dumps(doc)  # serialisable as served
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind"), [("vector", "vector_similarity"), ("hybrid", "fused_zscore")]
+)
+def test_recall_scores_say_what_they_hold(
+    collection_factory: Any, api_factory: Any, mode: str, kind: str
+) -> None:
+    """A hybrid recall's fused score is not a similarity in [0, 1]: its name says so, and the
+    old `vector_score` field still holds the same value."""
+    api = api_factory(collection_factory(None, mode=mode))
+    r = post(api, "/v1/retrieve", {"query": QUERY})
+    assert r.status_code == 200, r.text
+    passages = r.json()["passages"]
+    assert passages and {p["recall_score_kind"] for p in passages} == {kind}
+    assert all(p["recall_score"] == p["vector_score"] for p in passages)
+    if mode == "vector":
+        assert all(0.0 <= p["recall_score"] <= 1.0 for p in passages)

@@ -65,3 +65,45 @@ def test_llamaindex_retriever_and_postprocessor(fake: FakeServer, collection_fac
     ]
     kept = ClefNodePostprocessor(clef=clef_for(fake)).postprocess_nodes(given, query_str=QUERY)
     assert [n.node.node_id for n in kept] == ["y"]
+
+
+def test_langchain_retriever_takes_k_and_documents_carry_source(
+    fake: FakeServer, collection_factory: Any
+) -> None:
+    from clef_pipelines.integrations.langchain import ClefRetriever
+
+    fake.answer_with(judge(gate_p=0.9))
+    col = collection_factory(fake)
+    with Retriever(col.settings) as r:
+        every = ClefRetriever(retriever=r).invoke(QUERY)
+        two = ClefRetriever(retriever=r, k=2).invoke(QUERY)
+        one = ClefRetriever(retriever=r, k=2).invoke(QUERY, k=1)
+    assert len(every) > 2
+    assert [d.id for d in two] == [d.id for d in every[:2]] and [d.id for d in one] == [two[0].id]
+    assert every[0].metadata["source"] == "file:///guide-0.md"
+    # The recall score says what it holds: hybrid recall (the default) fuses two lists.
+    assert every[0].metadata["recall_score_kind"] == "fused_zscore"
+    assert every[0].metadata["recall_score"] == every[0].metadata["vector_score"]
+
+
+def test_llamaindex_metadata_stays_out_of_the_llm_prompt(
+    fake: FakeServer, collection_factory: Any
+) -> None:
+    from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+
+    from clef_pipelines.integrations.llamaindex import ClefLlamaRetriever, ClefNodePostprocessor
+
+    fake.answer_with(judge(gate_p=0.9))
+    col = collection_factory(fake)
+    with Retriever(col.settings) as r:
+        node = ClefLlamaRetriever(r).retrieve(QUERY)[0].node
+    for_llm = node.get_content(metadata_mode=MetadataMode.LLM)
+    assert node.metadata["citation"] in for_llm and PASSAGES[0] in for_llm
+    assert node.node_id not in for_llm and "recall_score" not in for_llm
+    assert "scores" not in for_llm and "doc_id" not in for_llm
+    assert node.get_content(metadata_mode=MetadataMode.EMBED) == PASSAGES[0]
+
+    given = [NodeWithScore(node=TextNode(id_="y", text=PASSAGES[0], metadata={"author": "Ann"}))]
+    kept = ClefNodePostprocessor(clef=clef_for(fake)).postprocess_nodes(given, query_str=QUERY)
+    for_llm = kept[0].node.get_content(metadata_mode=MetadataMode.LLM)
+    assert "author: Ann" in for_llm and "is_relevant" not in for_llm and "n: 1" not in for_llm

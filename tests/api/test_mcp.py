@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from mcp import Client
@@ -47,7 +48,7 @@ def test_tools_search_compact_and_list(fake: FakeServer, collection_factory: Any
     assert data["passages"][0]["text"] == PASSAGES[0]
     assert all(p["citation"] for p in data["passages"])
     text = " ".join(c.text for c in search.content if hasattr(c, "text"))
-    assert "[1]" in text and PLANTED not in text and QUARANTINED not in text
+    assert json.loads(text) == data and PLANTED not in text and QUARANTINED not in text
     assert PLANTED not in str(data["passages"]) and QUARANTINED not in str(data)
     assert col.name in [c["name"] for c in out["listed"].structured_content["collections"]]
     kept = out["compact"].structured_content
@@ -55,6 +56,59 @@ def test_tools_search_compact_and_list(fake: FakeServer, collection_factory: Any
     assert kept["dropped"][0]["reason"] == "instructs_ai"
     assert out["bad"].is_error
     assert "nope" in " ".join(c.text for c in out["bad"].content if hasattr(c, "text"))
+
+
+def test_replies_are_compact(collection_factory: Any) -> None:
+    """A reply is compact JSON holding what an agent needs: about the passage text and their
+    citations, not ~9x it as indented JSON with every score, offset and the trace."""
+    col = collection_factory(None)
+    col.settings.steering.guard.mode = "off"  # the reply's shape is the point, not the guard
+
+    async def go() -> Any:
+        with RetrievalService(col.settings, store=col.store) as service:
+            async with Client(build_mcp_server(service)) as client:
+                found = await client.call_tool("search", {"query": QUERY})
+                compacted = await client.call_tool(
+                    "compact", {"query": QUERY, "passages": PASSAGES[:6]}
+                )
+                await service.aclose_loop_clients()
+                return found, compacted
+
+    for reply in asyncio.run(go()):
+        assert not reply.is_error
+        text = "".join(c.text for c in reply.content if hasattr(c, "text"))
+        assert "\n" not in text and json.loads(text) == reply.structured_content
+        passages = reply.structured_content["passages"]
+        assert passages and all(
+            set(p) <= {"n", "id", "citation", "text", "conflict"} for p in passages
+        )
+        assert "trace" not in text and "vector_score" not in text
+        assert len(text) < 2.5 * sum(len(p["text"]) for p in passages)
+
+
+def test_answer_reply_is_compact(
+    fake: FakeServer, collection_factory: Any, chat: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("LLM_KEY", "sk-test")
+    fake.answer_with(judge(gate_p=0.9))
+    col = collection_factory(
+        fake, answer={"base_url": chat.base_url + "/v1", "model": "m", "api_key_env": "LLM_KEY"}
+    )
+
+    async def go() -> Any:
+        with RetrievalService(col.settings, store=col.store) as service:
+            async with Client(build_mcp_server(service)) as client:
+                reply = await client.call_tool("answer", {"query": QUERY})
+                await service.aclose_loop_clients()
+                return reply
+
+    reply = asyncio.run(go())
+    assert not reply.is_error
+    data = reply.structured_content
+    assert data["answer"] == chat.reply and data["citations"][0]["n"] == 1
+    assert data["retrieval"]["passages"][0]["text"] == PASSAGES[0]
+    text = "".join(c.text for c in reply.content if hasattr(c, "text"))
+    assert json.loads(text) == data and "trace" not in text
 
 
 def _config(tmp_path: Any) -> str:
