@@ -627,6 +627,31 @@ def _ui_command(home: Path, port: int) -> tuple[list[str], Path | None]:
     return [*cmd, "-h", "127.0.0.1", "-p", str(port)], None
 
 
+def ui_launch(
+    settings: Settings, config: Path | None, port: int
+) -> tuple[list[str], Path | None, dict[str, str]]:
+    """The UI's command, folder and environment. `dg dev` runs from the package folder, so the
+    config this command resolved is handed to it by absolute path in $CLEF_PIPELINES_CONFIG:
+    the code location then loads the file the user's other commands load (without it, it
+    loaded another, empty config and its sensor removed every partition)."""
+    from clef_pipelines.config import CONFIG_ENV, find_config_file
+    from clef_pipelines.jobs.launch import ensure_dagster_home
+
+    found = find_config_file(config)
+    if found is None:
+        fail(
+            f"no config found (--config, ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME}): the UI "
+            "would show no sources; create one with `clef-pipelines init` or pass --config"
+        )
+    home = ensure_dagster_home(settings)
+    env = dict(os.environ)
+    env["DAGSTER_HOME"] = str(home)
+    env["DAGSTER_DG_UPDATE_CHECK_ENABLED"] = "0"
+    env[CONFIG_ENV] = str(found)
+    cmd, cwd = _ui_command(home, port)
+    return cmd, cwd, env
+
+
 def _confirm_drop(collection: str, records: int, yes: bool) -> None:
     """Dropping a collection cannot be undone: ask on a terminal, else demand --yes."""
     if yes:
@@ -647,18 +672,11 @@ def ui(
     config: ConfigOption = None,
 ) -> None:
     """Start the Dagster UI (webserver + daemon) on 127.0.0.1 with telemetry off."""
-    from clef_pipelines.jobs.launch import ensure_dagster_home
-
     settings = load_cli_settings(config)
-    home = ensure_dagster_home(settings)
-    env = dict(os.environ)
-    env["DAGSTER_HOME"] = str(home)
-    env["DAGSTER_DG_UPDATE_CHECK_ENABLED"] = "0"
-    if config:
-        env["CLEF_PIPELINES_CONFIG"] = str(Path(config).resolve())
-    cmd, cwd = _ui_command(home, port)
+    cmd, cwd, env = ui_launch(settings, config, port)
     console.print(
-        f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={lit(home)}); Ctrl-C stops it"
+        f"Dagster UI on http://127.0.0.1:{port} (config {lit(env['CLEF_PIPELINES_CONFIG'])}, "
+        f"DAGSTER_HOME={lit(env['DAGSTER_HOME'])}); Ctrl-C stops it"
     )
     # `dagster dev` ignores SIGTERM from a parent script: run it in its own process group and
     # stop the whole group.

@@ -9,6 +9,7 @@ removed source's records stay in its collection until the user deletes them
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 
 import dagster as dg
@@ -33,10 +34,31 @@ ingestion_job = dg.define_asset_job(
 
 
 def partition_changes(registered: Iterable[str], settings: Settings) -> tuple[list[str], list[str]]:
-    """(to add, to remove) so that the partitions are exactly the configured sources."""
+    """(to add, to remove) so that the partitions are exactly the configured sources. A config
+    with no sources removes nothing: that is what a process sees that loaded another file, or
+    none (the UI once started without the user's config), not a user who removed every
+    source; `no_sources_message` says so in the tick's log."""
     have = set(registered)
     configured = [s.name for s in settings.sources]
+    if not configured:
+        return [], []
     return [n for n in configured if n not in have], sorted(have - set(configured))
+
+
+def no_sources_message(settings: Settings, registered: Iterable[str]) -> str | None:
+    """Why partitions are kept although the loaded config has no sources (None: nothing kept)."""
+    kept = sorted(registered)
+    if settings.sources or not kept:
+        return None
+    from clef_pipelines.config import CONFIG_ENV
+
+    origin = os.environ.get(CONFIG_ENV) or f"{settings.base_dir} (no config file named)"
+    return (
+        f"the config loaded here ({origin}) has no sources: partition(s) {', '.join(kept)} "
+        f"are kept, not removed. If this is not your config, start the UI from the folder "
+        f"of your clef-pipelines.yaml or set ${CONFIG_ENV}; to remove a source, delete its "
+        "entry and keep at least one other"
+    )
 
 
 def removed_source_message(names: Iterable[str]) -> str:
@@ -99,9 +121,12 @@ def source_change_sensor(
     context: dg.SensorEvaluationContext, pipeline_settings: PipelineSettings
 ) -> dg.SensorResult:
     settings = pipeline_settings.settings
-    to_add, to_remove = partition_changes(
-        context.instance.get_dynamic_partitions(PARTITIONS), settings
-    )
+    registered = context.instance.get_dynamic_partitions(PARTITIONS)
+    kept = no_sources_message(settings, registered)
+    if kept:
+        context.log.warning(kept)
+        return dg.SensorResult(skip_reason=kept, cursor=context.cursor)
+    to_add, to_remove = partition_changes(registered, settings)
     previous = json.loads(context.cursor) if context.cursor else {}
     # Counted into each run key: Dagster drops a request whose key it has seen, and a setting
     # changed and then changed back gives a signal seen before.
@@ -149,7 +174,10 @@ def build_refresh_schedule(cron: str) -> dg.ScheduleDefinition:
     ):  # type: ignore[no-untyped-def]
         settings = pipeline_settings.settings
         if not settings.sources:
-            return dg.SkipReason("no sources configured")
+            registered = context.instance.get_dynamic_partitions(PARTITIONS)
+            return dg.SkipReason(
+                no_sources_message(settings, registered) or "no sources configured"
+            )
         _added, removed = reconcile_partitions(context.instance, settings)
         if removed:
             context.log.warning(removed_source_message(removed))
