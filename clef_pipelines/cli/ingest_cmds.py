@@ -24,6 +24,7 @@ from clef_pipelines.cli.common import (
     fail,
     lit,
     load_cli_settings,
+    require_config,
     shown,
 )
 from clef_pipelines.config import (
@@ -634,15 +635,10 @@ def ui_launch(
     config this command resolved is handed to it by absolute path in $CLEF_PIPELINES_CONFIG:
     the code location then loads the file the user's other commands load (without it, it
     loaded another, empty config and its sensor removed every partition)."""
-    from clef_pipelines.config import CONFIG_ENV, find_config_file
+    from clef_pipelines.config import CONFIG_ENV
     from clef_pipelines.jobs.launch import ensure_dagster_home
 
-    found = find_config_file(config)
-    if found is None:
-        fail(
-            f"no config found (--config, ${CONFIG_ENV} or ./{DEFAULT_CONFIG_NAME}): the UI "
-            "would show no sources; create one with `clef-pipelines init` or pass --config"
-        )
+    found = require_config(config, "the UI would show no sources")
     home = ensure_dagster_home(settings)
     env = dict(os.environ)
     env["DAGSTER_HOME"] = str(home)
