@@ -74,3 +74,38 @@ def test_sensor_with_a_config_without_sources_removes_nothing(workspace: Workspa
         reason = result.skip_reason.skip_message or ""
         assert "has no sources" in reason and "extra, sample" in reason
         assert sorted(instance.get_dynamic_partitions("sources")) == ["extra", "sample"]
+
+
+def test_sensor_of_another_projects_config_removes_nothing(
+    workspace: Workspace, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The project's commands record its data folder in the Dagster home they use; a code
+    location that loaded another project's config (here: other sources, another data folder)
+    removes none of this project's partitions and says why."""
+    from clef_pipelines.config import settings_from_dict
+    from clef_pipelines.jobs.launch import ensure_dagster_home
+
+    ensure_dagster_home(workspace.settings())
+    other_root = tmp_path_factory.mktemp("other")
+    (other_root / "docs").mkdir()
+    other = settings_from_dict(
+        {"data_dir": "state", "sources": [{"name": "other", "path": "docs"}]}, base_dir=other_root
+    )
+    resources = {"pipeline_settings": PipelineSettings(validated=other)}
+    instance = dg.DagsterInstance.get()
+    try:
+        instance.add_dynamic_partitions("sources", ["sample"])
+        with dg.build_sensor_context(instance=instance, cursor=None, resources=resources) as ctx:
+            result = source_change_sensor(ctx)
+        assert isinstance(result, dg.SensorResult)
+        assert not result.dynamic_partitions_requests and not result.run_requests
+        reason = result.skip_reason.skip_message if result.skip_reason else ""
+        assert "belongs to the project whose data is in" in (reason or "")
+        assert instance.get_dynamic_partitions("sources") == ["sample"]
+        # The project's own config still reconciles: its sensor adds and runs as before.
+        own = {"pipeline_settings": PipelineSettings(validated=workspace.settings())}
+        with dg.build_sensor_context(instance=instance, cursor=None, resources=own) as ctx:
+            mine = source_change_sensor(ctx)
+        assert [r.partition_key for r in mine.run_requests] == ["sample"]
+    finally:
+        instance.dispose()
