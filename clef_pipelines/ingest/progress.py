@@ -80,10 +80,12 @@ class _Logged:
         if final:  # the totals, at once
             self._write(stage)
 
-    def _write(self, stage: str) -> None:
+    def _write(self, stage: str, *, again: bool = False) -> None:
+        """Log the stage's figures, unless they were logged already (`again`: a stage still
+        at work is logged on every beat, moved or not, so the log shows it is alive)."""
         with self.lock:
             done, total, started = self.state[stage]
-            if self.logged.get(stage) == (done, total):
+            if self.logged.get(stage) == (done, total) and not again:
                 return
             self.logged[stage] = (done, total)
         self.log(progress_line(stage, done, total, time.monotonic() - started))
@@ -91,7 +93,8 @@ class _Logged:
     def beat(self) -> None:
         while not self.stop.wait(self.every_s):
             for stage in list(self.state):
-                self._write(stage)
+                if stage not in self.finished:
+                    self._write(stage, again=True)
 
 
 @contextmanager
