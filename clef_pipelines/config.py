@@ -256,14 +256,18 @@ def explain_validation_error(err: ValidationError, model: type[BaseModel], origi
 
 
 def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """The config file to use: explicit, else $CLEF_PIPELINES_CONFIG, else ./clef-pipelines.yaml."""
+    """The config file every command, the UI and the code location use (the one rule, in
+    docs/configuration.md): `explicit` (`--config`), else $CLEF_PIPELINES_CONFIG, else
+    ./clef-pipelines.yaml; None when none of them names a file. The path is absolute, so a
+    child process started elsewhere (`ui` runs `dg dev` from the package folder) that is
+    handed it reads the same file."""
     if explicit:
-        return Path(explicit)
+        return Path(explicit).resolve()
     env = os.environ.get(CONFIG_ENV)
     if env:
-        return Path(env)
+        return Path(env).resolve()
     here = Path.cwd() / DEFAULT_CONFIG_NAME
-    return here if here.exists() else None
+    return here.resolve() if here.exists() else None
 
 
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:

@@ -9,8 +9,10 @@ that are known at run time (an API key read from the environment) are registered
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
+from collections.abc import Mapping
 
 MASK = "***"
 
@@ -33,11 +35,34 @@ _lock = threading.Lock()
 _MIN_SECRET_LEN = 6
 
 
+#: The HTTP clients' loggers: at DEBUG, httpcore logs every response header, so a provider
+#: that echoes the key in a header would put it in a log line. A logger's filter sees only
+#: records made on that very logger, so each one that logs is named.
+_HTTP_LOGGERS = ("httpx", "httpcore.connection", "httpcore.http11", "httpcore.http2")
+
+
 def register_secret(value: str | None) -> None:
-    """Mask this exact value from now on, wherever it appears in a message."""
+    """Mask this exact value from now on, wherever it appears in a message (ours, or a log
+    line of the HTTP client that carried it)."""
     if value and len(value) >= _MIN_SECRET_LEN:
         with _lock:
             _secrets.add(value)
+        for name in _HTTP_LOGGERS:
+            redacting_logger(name)
+
+
+def secret_from_env(name: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The value of the environment variable `name` (None when `name` is empty or the variable
+    unset or empty), registered with the redactor before any caller can print or send it.
+    Every `*_env` setting (answer provider, embedder, stores, Clef, the API key) is read here,
+    so no secret reaches a message unmasked, even inside a provider's echoed 401 body. A value
+    that is a URL also has its password registered on its own (a server may echo it bare)."""
+    if not name:
+        return None
+    value = (os.environ if env is None else env).get(name) or None
+    register_secret(value)
+    register_url_secrets(value)
+    return value
 
 
 def register_url_secrets(url: str | None) -> None:

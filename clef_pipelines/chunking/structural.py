@@ -1,8 +1,8 @@
 """The `structural` chunker: chunks follow the document's sections.
 
 Rules, in order:
-1. A chunk never crosses a heading: blocks are grouped into sections (runs of blocks under
-   one heading path) and each section is chunked on its own.
+1. Blocks are grouped into sections (runs of blocks under one heading path) and each section
+   is chunked on its own, so a chunk of ordinary size never crosses a heading.
 2. Tables and code blocks stay whole unless over max_tokens; then they are cut between rows
    (repeating the header) or lines.
 3. A paragraph, list item or quote over max_tokens is cut at sentence boundaries into pieces
@@ -10,11 +10,17 @@ Rules, in order:
 4. Consecutive units are packed up to target_tokens.
 5. A chunk under min_tokens is merged with a neighbour in the same section (the previous one
    first) when the result stays within max_tokens.
+6. A chunk still under min_tokens (a section holding one short paragraph, as API references
+   and FAQs are written) is merged with the adjacent chunk of a related section (its parent,
+   a child or a sibling: the same enclosing section) when the result stays within
+   max_tokens; the joined section's heading is written into the text as a Markdown heading
+   line, so the chunk still says which part is which. Unrelated sections never join.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from clef_pipelines.chunking.sentences import sentence_spans
 from clef_pipelines.chunking.tokens import TokenCounter
@@ -31,21 +37,24 @@ from clef_pipelines.parsing.models import Block
 Draft = tuple[list[Unit], int]  # units of one chunk and their token total
 
 
-def _sections(blocks: Sequence[Block]) -> list[list[int]]:
-    """Indexes of the non-heading blocks of each section, in order."""
-    sections: list[list[int]] = []
+def _sections(blocks: Sequence[Block]) -> list[tuple[int | None, list[int]]]:
+    """Each section: the index of the heading that opens it (None before the first heading,
+    or where the path changed without one) and the indexes of its non-heading blocks."""
+    sections: list[tuple[int | None, list[int]]] = []
     current: list[int] = []
+    heading: int | None = None
     path: list[str] | None = None
     for i, b in enumerate(blocks):
         if b.kind == "heading" or b.heading_path != path:
             if current:
-                sections.append(current)
+                sections.append((heading, current))
             current = []
+            heading = i if b.kind == "heading" else None
             path = b.heading_path
         if b.kind != "heading":
             current.append(i)
     if current:
-        sections.append(current)
+        sections.append((heading, current))
     return sections
 
 
@@ -130,12 +139,61 @@ def _merge_small(drafts: list[Draft], min_tokens: int, max_tokens: int) -> list[
     return out
 
 
+@dataclass
+class _Run:
+    """Drafts of consecutive sections, joined; `paths` are their heading paths in order."""
+
+    units: list[Unit]
+    tokens: int
+    paths: list[tuple[str, ...]]
+
+
+def _related(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Parent and child, or siblings: both sections lie in the same enclosing section."""
+    shorter, longer = sorted((a, b), key=len)
+    return longer[: len(shorter)] == shorter or (len(a) == len(b) > 0 and a[:-1] == b[:-1])
+
+
+def _heading_unit(blocks: Sequence[Block], i: int | None, counter: TokenCounter) -> list[Unit]:
+    if i is None:
+        return []
+    b = blocks[i]
+    text = f"{'#' * b.level} {b.text}" if b.level > 0 else b.text
+    return [Unit(text, counter.count(text), i, 0, len(b.text), True)]
+
+
+def _join_tiny_sections(
+    sections: list[tuple[int | None, list[Draft]]],
+    blocks: Sequence[Block],
+    cfg: ChunkingConfig,
+    counter: TokenCounter,
+) -> list[Draft]:
+    """Rule 6: a draft under min_tokens joins the adjacent draft of a related section."""
+    out: list[_Run] = []
+    for heading, drafts in sections:
+        for k, (units, total) in enumerate(drafts):
+            path = tuple(blocks[units[0].block].heading_path) if units else ()
+            prev = out[-1] if out else None
+            tiny = total < cfg.min_tokens or (prev is not None and prev.tokens < cfg.min_tokens)
+            if prev is not None and k == 0 and tiny and _related(prev.paths[-1], path):
+                head = _heading_unit(blocks, heading, counter)
+                joined = prev.tokens + sum(u.tokens for u in head) + total
+                if joined <= cfg.max_tokens:
+                    prev.units.extend([*head, *units])
+                    prev.tokens = joined
+                    prev.paths.append(path)
+                    continue
+            out.append(_Run(list(units), total, [path]))
+    return [(r.units, r.tokens) for r in out]
+
+
 def structural_drafts(
     blocks: Sequence[Block], cfg: ChunkingConfig, counter: TokenCounter
 ) -> list[Draft]:
     units_of = _units(blocks, cfg, counter)
-    drafts: list[Draft] = []
-    for section in _sections(blocks):
+    per_section: list[tuple[int | None, list[Draft]]] = []
+    for heading, section in _sections(blocks):
         units = [u for i in section for u in units_of[i]]
-        drafts.extend(_merge_small(_pack(units, cfg.target_tokens), cfg.min_tokens, cfg.max_tokens))
-    return drafts
+        drafts = _merge_small(_pack(units, cfg.target_tokens), cfg.min_tokens, cfg.max_tokens)
+        per_section.append((heading, drafts))
+    return _join_tiny_sections(per_section, blocks, cfg, counter)

@@ -50,7 +50,11 @@ from clef_pipelines.clef.wire import (
 from clef_pipelines.clef.wire import (
     Usage as WireUsage,
 )
-from clef_pipelines.redact import redacting_logger, register_secret, register_url_secrets
+from clef_pipelines.redact import (
+    redacting_logger,
+    register_url_secrets,
+    secret_from_env,
+)
 
 log = redacting_logger("clef_pipelines.clef")
 _SAID: set[str] = set()
@@ -121,8 +125,10 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
     if name == "workers-ai":
         from clef_pipelines.clef.backends.workers_ai import WorkersAIBackend
 
-        account, token = env.get("CLOUDFLARE_ACCOUNT_ID"), env.get("CLOUDFLARE_API_TOKEN")
-        register_secret(token)  # never in a message, even when a server echoes it
+        account, token = (
+            env.get("CLOUDFLARE_ACCOUNT_ID"),
+            secret_from_env("CLOUDFLARE_API_TOKEN", env),
+        )
         if not account or not token:
             raise ClefNotConfigured(
                 "clef.backend 'workers-ai' needs CLOUDFLARE_ACCOUNT_ID and CLOUDFLARE_API_TOKEN"
@@ -145,8 +151,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
             )
         key = None
         if config.api_key_env:
-            key = env.get(config.api_key_env)
-            register_secret(key)
+            key = secret_from_env(config.api_key_env, env)
             if not key:
                 raise ClefNotConfigured(
                     f"clef.api_key_env names {config.api_key_env}, which is not set"

@@ -6,7 +6,6 @@ Both load the embedder and open the store once, then answer every request warm.
 from __future__ import annotations
 
 import ipaddress
-import os
 from typing import Annotated, Literal
 
 import typer
@@ -19,6 +18,7 @@ from clef_pipelines.cli.common import (
     load_cli_settings,
     terminal_safe,
 )
+from clef_pipelines.redact import secret_from_env
 
 
 def is_loopback(host: str) -> bool:
@@ -37,7 +37,7 @@ def _service(config, host: str | None, port: int | None):  # type: ignore[no-unt
     api = api.model_copy(
         update={k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     )
-    key = os.environ.get(api.api_key_env) or None
+    key = secret_from_env(api.api_key_env)
     if key is None and not is_loopback(api.host):
         fail(
             f"api.host {api.host} is not loopback: set {api.api_key_env} (api.api_key_env) "

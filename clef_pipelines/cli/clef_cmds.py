@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import os
 import time
 import uuid
 from pathlib import Path
@@ -14,6 +13,7 @@ import typer
 
 from clef_pipelines.cli.app import app
 from clef_pipelines.cli.common import ConfigOption, console, fail, lit, load_cli_settings
+from clef_pipelines.redact import secret_from_env
 
 
 def _is_loopback(host: str) -> bool:
@@ -55,7 +55,7 @@ def serve(
         fail(f"{release_dir} is not a Clef release folder (no joint_schema_model.py)")
     api_key = None
     if api_key_env:
-        api_key = os.environ.get(api_key_env)
+        api_key = secret_from_env(api_key_env)
         if not api_key:
             fail(f"--api-key-env names {api_key_env}, which is not set")
     elif not _is_loopback(host):

@@ -139,6 +139,23 @@ def load_cli_settings(config: Path | None) -> Settings:
     return settings
 
 
+def require_config(config: Path | None, why: str) -> Path:
+    """The config file this command would load (`find_config_file`), or a clear refusal when
+    there is none. For the commands that read what an ingest wrote (`query`, `ask`) and the
+    UI: with every default they would search an empty store they create in ./.clef, which a
+    first-day user in the wrong folder reads as "no results", not as "no config"."""
+    from clef_pipelines.config import CONFIG_ENV, DEFAULT_CONFIG_NAME, find_config_file
+
+    found = find_config_file(config)
+    if found is None:
+        fail(
+            f"no config found (no --config, no ${CONFIG_ENV}, no ./{DEFAULT_CONFIG_NAME} in "
+            f"{Path.cwd()}): {why}. Run it from the folder that holds your "
+            f"{DEFAULT_CONFIG_NAME}, or create one with `clef-pipelines init` and ingest"
+        )
+    return found
+
+
 def collection_arg(name: str | None) -> str | None:
     """A --collection value checked before any store touches it (one line, not an OSError)."""
     if name is None:

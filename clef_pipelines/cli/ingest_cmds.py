@@ -3,6 +3,7 @@ query_cmds)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,6 +26,7 @@ from clef_pipelines.cli.common import (
     fail,
     lit,
     load_cli_settings,
+    require_config,
     shown,
 )
 from clef_pipelines.config import (
@@ -36,6 +39,8 @@ from clef_pipelines.config import (
 from clef_pipelines.jobs.results import settings_change
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from clef_pipelines.jobs.results import IngestSummary, SourceRunReport
 
 
@@ -158,29 +163,37 @@ def ingest(
         run_ingestion,
     )
 
-    with Progress(
-        TextColumn("{task.description:6}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        # Items per second over the recent window, then the time left at that rate.
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        console=err_console.get(),  # type: ignore[attr-defined]
-        transient=True,
-        disable=as_json or not err_console.is_terminal,
-    ) as bar:
+    draw = not as_json and err_console.is_terminal
+    with (
+        _terminal_console(draw) as bar_console,
+        Progress(
+            TextColumn("{task.description:6}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            # Items per second over the recent window, then the time left at that rate.
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=bar_console,
+            # Kept when the run ends: each stage's bar then shows its totals.
+            transient=False,
+            disable=not draw,
+        ) as bar,
+    ):
         tasks: dict[str, Any] = {}
 
         def listener(stage: str, done: int, total: int) -> None:
             # Stages: list (documents found), parse, chunk, embed (chunks), sync (records).
-            if stage not in tasks:
+            started = stage not in tasks
+            if started:
                 tasks[stage] = bar.add_task(stage, total=total or None, rate="")
             task = tasks[stage]
             bar.update(task, completed=done, total=total or None)
             speed = bar.tasks[task].speed if task < len(bar.tasks) else None
             bar.update(task, rate=f"{speed:,.0f}/s" if speed else "")
+            if started or (total and done >= total):
+                bar.refresh()  # a stage shows as it starts and as it ends, not a tick later
 
         progress.add_listener(listener)
         outcome: dict[str, Any] = {}
@@ -228,6 +241,26 @@ def ingest(
     _print_reports(reports, as_json)
     if not all(r.success for r in reports) or any(r.summary.all_failed for r in reports):
         raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _terminal_console(draw: bool) -> Iterator[Console]:
+    """The console the progress bars draw on: the terminal itself, through a file descriptor
+    of its own. Why: Dagster captures a step's output by pointing the process's stdout and
+    stderr (fds 1 and 2) at its compute log while the step runs, so bars drawn on
+    `sys.stderr` reached the terminal only when the run ended, all at once and frozen."""
+    if not draw:
+        yield err_console.get()  # type: ignore[attr-defined]
+        return
+    from clef_pipelines.cli.common import make_console
+
+    stream = os.fdopen(os.dup(sys.stderr.fileno()), "w", encoding="utf-8", errors="replace")
+    try:
+        console = make_console(stderr=True)
+        console.file = stream
+        yield console
+    finally:
+        stream.close()
 
 
 def _settings_changed(changed: str | None) -> list[tuple[str, Any]]:
@@ -627,6 +660,26 @@ def _ui_command(home: Path, port: int) -> tuple[list[str], Path | None]:
     return [*cmd, "-h", "127.0.0.1", "-p", str(port)], None
 
 
+def ui_launch(
+    settings: Settings, config: Path | None, port: int
+) -> tuple[list[str], Path | None, dict[str, str]]:
+    """The UI's command, folder and environment. `dg dev` runs from the package folder, so the
+    config this command resolved is handed to it by absolute path in $CLEF_PIPELINES_CONFIG:
+    the code location then loads the file the user's other commands load (without it, it
+    loaded another, empty config and its sensor removed every partition)."""
+    from clef_pipelines.config import CONFIG_ENV
+    from clef_pipelines.jobs.launch import ensure_dagster_home
+
+    found = require_config(config, "the UI would show no sources")
+    home = ensure_dagster_home(settings)
+    env = dict(os.environ)
+    env["DAGSTER_HOME"] = str(home)
+    env["DAGSTER_DG_UPDATE_CHECK_ENABLED"] = "0"
+    env[CONFIG_ENV] = str(found)
+    cmd, cwd = _ui_command(home, port)
+    return cmd, cwd, env
+
+
 def _confirm_drop(collection: str, records: int, yes: bool) -> None:
     """Dropping a collection cannot be undone: ask on a terminal, else demand --yes."""
     if yes:
@@ -647,18 +700,11 @@ def ui(
     config: ConfigOption = None,
 ) -> None:
     """Start the Dagster UI (webserver + daemon) on 127.0.0.1 with telemetry off."""
-    from clef_pipelines.jobs.launch import ensure_dagster_home
-
     settings = load_cli_settings(config)
-    home = ensure_dagster_home(settings)
-    env = dict(os.environ)
-    env["DAGSTER_HOME"] = str(home)
-    env["DAGSTER_DG_UPDATE_CHECK_ENABLED"] = "0"
-    if config:
-        env["CLEF_PIPELINES_CONFIG"] = str(Path(config).resolve())
-    cmd, cwd = _ui_command(home, port)
+    cmd, cwd, env = ui_launch(settings, config, port)
     console.print(
-        f"Dagster UI on http://127.0.0.1:{port} (DAGSTER_HOME={lit(home)}); Ctrl-C stops it"
+        f"Dagster UI on http://127.0.0.1:{port} (config {lit(env['CLEF_PIPELINES_CONFIG'])}, "
+        f"DAGSTER_HOME={lit(env['DAGSTER_HOME'])}); Ctrl-C stops it"
     )
     # `dagster dev` ignores SIGTERM from a parent script: run it in its own process group and
     # stop the whole group.

@@ -22,6 +22,7 @@ from clef_pipelines.cli.common import (
     fail,
     lit,
     load_cli_settings,
+    require_config,
     terminal_safe,
 )
 
@@ -182,6 +183,7 @@ def query(
 ) -> None:
     """Clef-steered retrieval: the passages that answer each question, with citations."""
     flt = _parse_where(where)
+    require_config(config, "`query` searches the collection your config's ingest filled")
     settings = load_cli_settings(config)
     collection = collection_arg(collection)
     cfg = _overrides(settings, top_k, budget, max_passages, mode)
@@ -219,6 +221,7 @@ def ask(
     """A cited answer from the configured LLM (retrieval.answer), or "not in the documents"
     without calling it when the passages do not hold the answer."""
     flt = _parse_where(where)
+    require_config(config, "`ask` answers from the collection your config's ingest filled")
     settings = load_cli_settings(config)
     collection = collection_arg(collection)
     cfg = _overrides(settings, top_k, budget, None, mode)

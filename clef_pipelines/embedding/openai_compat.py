@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import httpx
@@ -15,6 +14,7 @@ from tenacity import (
 )
 
 from clef_pipelines.embedding.base import Embedder, EmbedderError
+from clef_pipelines.redact import secret_from_env
 
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504, 529}
 
@@ -40,7 +40,7 @@ class OpenAIEmbedder(Embedder):
             raise EmbedderError("embedder.kind 'openai' needs embedder.base_url and embedder.model")
         headers = {}
         if api_key_env:
-            key = os.environ.get(api_key_env)
+            key = secret_from_env(api_key_env)
             if not key:
                 raise EmbedderError(
                     f"embedder.api_key_env names {api_key_env}, which is not set in the environment"
@@ -74,6 +74,14 @@ class OpenAIEmbedder(Embedder):
     def _request(self, texts: list[str]) -> np.ndarray:
         try:
             body = self._post(texts)
+        except httpx.HTTPStatusError as exc:
+            # The provider's own words ("Incorrect API key provided") say what to fix; the key
+            # it may echo is registered with the redactor (`secret_from_env`) and masked.
+            said = " ".join(exc.response.text.split())[:300]
+            raise EmbedderError(
+                f"embedding request to {self._client.base_url} failed: HTTP "
+                f"{exc.response.status_code}" + (f": {said}" if said else "")
+            ) from exc
         except httpx.HTTPError as exc:
             raise EmbedderError(
                 f"embedding request to {self._client.base_url} failed: {exc}"

@@ -77,9 +77,21 @@ def screen_batches(
     judged: Counter[str] = Counter()
     quarantine = QuarantineSummary()
     releases = stages.source_releases(settings, source) if source and keys else Releases()
+    total, before = blocks.rows(), 0
+    progress_report("screen", 0, total)
     try:
         for key in keys:
-            screened, part = stages.screen_paragraphs(blocks.read(key), steering, settings.chunking)
+            batch = blocks.read(key)
+
+            # Blocks through the screen so far: the guard's scored share of this batch.
+            def judged_so_far(done: int, of: int, at: int = before, n: int = batch.height) -> None:
+                progress_report("screen", at + (n * done // of if of else 0), total)
+
+            screened, part = stages.screen_paragraphs(
+                batch, steering, settings.chunking, on_judged=judged_so_far
+            )
+            before += batch.height
+            progress_report("screen", before, total)
             screened, released = stages.release_blocks(screened, releases, part)
             report = merge_reports(report, part)
             actions.update(screened["screen_action"].to_list())
@@ -125,14 +137,23 @@ def chunk_batches(
         if settings.chunking.strategy == "clef" and keys:
             steering = stages.open_steering(settings, clef)
             stack.callback(steering.close)
+        total, before = screened.rows(), 0
+        progress_report("chunk", 0, total)
         for key in keys:
             paragraphs = screened.read(key)
             chunker = None
             if steering is not None and paragraphs.height:
                 chunker = stages.clef_chunker(settings, paragraphs, steering)
             frame, failed = stages.chunk_documents(
-                settings, source, paragraphs, chunker, types=types
+                settings,
+                source,
+                paragraphs,
+                chunker,
+                types=types,
+                progress=lambda done, at=before: progress_report("chunk", at + done, total),
             )
+            before += paragraphs.height
+            progress_report("chunk", before, total)
             if chunker is not None:
                 summary.clef = merge_reports(summary.clef, chunker.report)
             failures.append(failed)
@@ -203,8 +224,13 @@ def embed_batches(
     parts: list[checks.Check] = []
     every = settings.embedder.batch_size * 20
 
+    # Chunks through the embedding, of every chunk of the run: a chunk whose vector the
+    # store already holds counts when its batch is done.
+    rows_total, rows_before = chunks.rows(), 0
+    progress_report("embed", 0, rows_total)
+
     def progress(done: int, total: int) -> None:
-        progress_report("embed", embedded_before + done, 0)
+        progress_report("embed", min(rows_before + done, rows_total), rows_total)
         if total and (done == total or done % every == 0):
             log(f"embedded {embedded_before + done} chunks")
 
@@ -219,8 +245,9 @@ def embed_batches(
 
         keys = chunks.keys()  # (iterating FrameBatches yields frames too)
         for key in keys:
+            batch = chunks.read(key)
             frame, part = embed_chunks(
-                chunks.read(key),
+                batch,
                 embedder,
                 store,
                 collection,
@@ -230,6 +257,8 @@ def embed_batches(
             )
             stats = merge_reports(stats, part)
             embedded_before = stats.embedded
+            rows_before += batch.height
+            progress_report("embed", rows_before, rows_total)
             parts.append(checks.all_embedded(frame, embedder.dimension))
             out.write_batch(key, frame)
     if stats is None:
@@ -281,6 +310,7 @@ def sync_batches(
     with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
         # Before the first write: new documents' chunks are appended, not upserted.
         inventory = confirm_new_documents(store, collection, source, inventory)
+        progress_report("sync", 0, len(keys))
         for n, key in enumerate(keys, start=1):
             # Batch by batch: each batch's documents are complete in the store before the next
             # starts, so a run killed half-way leaves whole batches done and the rest to repair.

@@ -214,6 +214,7 @@ def _parsed_documents(
     for doc_id in wanted.missing():
         error = f"{doc_id}: vanished while parsing"
         yield [], {"doc_id": doc_id, "reason": "unreadable", "error": error}
+    progress_report("parse", total, total)  # the totals: the loop reports every 50th only
 
 
 def _parsed_entry(
@@ -329,12 +330,15 @@ def parse_source_batches(
 
 
 def screen_paragraphs(
-    blocks: pl.DataFrame, steering: Steering, chunking: ChunkingConfig | None = None
+    blocks: pl.DataFrame,
+    steering: Steering,
+    chunking: ChunkingConfig | None = None,
+    on_judged: Callable[[int, int], None] | None = None,
 ) -> tuple[pl.DataFrame, ScreenReport]:
     """The paragraph screen (see `steering.screen`): keep / drop / quarantine per block.
     With the collection's `chunking` settings, the enrichment's questions about the chunks
     to come ride along, naming the paragraphs' parts (`steering.preask`)."""
-    return screen_blocks(blocks, steering, chunking=chunking)
+    return screen_blocks(blocks, steering, chunking=chunking, on_judged=on_judged)
 
 
 def source_releases(settings: Settings, source: SourceConfig | str) -> Releases:
@@ -436,6 +440,7 @@ def chunk_documents(
     field_types: Mapping[str, str] | None = None,
     *,
     types: FieldTypes | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Chunk each document's kept blocks; each quarantined block becomes a record of its own
     (`quarantined`); dropped blocks are left out. Returns (chunks, failures).
@@ -444,7 +449,8 @@ def chunk_documents(
     Clef chunker plugs in here). `field_types` are the metadata field types the collection
     already has; a document whose metadata does not fit them (or the first value of a new
     field) fails alone (see `ingest.metadata` for the rule). `types` carries the field types
-    fixed so far from one batch of a run to the next (it is updated in place).
+    fixed so far from one batch of a run to the next (it is updated in place). `progress`
+    is told the number of blocks chunked so far, every 50 documents.
     """
     cfg = settings.chunking
     now = datetime.now(UTC).isoformat(timespec="seconds")
@@ -458,10 +464,11 @@ def chunk_documents(
     if "screen_action" not in screened.columns:
         screened = screened.with_columns(pl.lit("keep").alias("screen_action"))
     kept = screened.filter(pl.col("screen_action") != "drop")
-    total = kept["doc_id"].n_unique()
+    blocks_done = 0
     for n, (doc_id, group) in enumerate(_rows_by_doc(kept).items()):
-        if n % PROGRESS_EVERY == 0:
-            progress_report("chunk", n, total)
+        if progress is not None and n % PROGRESS_EVERY == 0:
+            progress(blocks_done)
+        blocks_done += len(group)
         first = group[0]
         # No null screen_action reaches here (the filter above drops nulls, as polars did).
         block_rows = [r for r in group if r["screen_action"] != QUARANTINE]

@@ -9,7 +9,9 @@ removed source's records stay in its collection until the user deletes them
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import dagster as dg
 
@@ -33,10 +35,75 @@ ingestion_job = dg.define_asset_job(
 
 
 def partition_changes(registered: Iterable[str], settings: Settings) -> tuple[list[str], list[str]]:
-    """(to add, to remove) so that the partitions are exactly the configured sources."""
+    """(to add, to remove) so that the partitions are exactly the configured sources. A config
+    with no sources removes nothing: that is what a process sees that loaded another file, or
+    none (the UI once started without the user's config), not a user who removed every
+    source; `no_sources_message` says so in the tick's log."""
     have = set(registered)
     configured = [s.name for s in settings.sources]
+    if not configured:
+        return [], []
     return [n for n in configured if n not in have], sorted(have - set(configured))
+
+
+#: In a Dagster home: the data folder of the project whose commands use it (`record_project`).
+PROJECT_FILE = "clef-project.json"
+
+
+def record_project(home: Path, settings: Settings) -> None:
+    """Remember which project (its data folder) uses this Dagster home: a code location that
+    loaded another project's config must not reconcile this project's partitions."""
+    path = home / PROJECT_FILE
+    wanted = {"data_dir": str(settings.data_path.resolve())}
+    try:
+        if path.exists() and json.loads(path.read_text(encoding="utf-8")) == wanted:
+            return
+        path.write_text(json.dumps(wanted) + "\n", encoding="utf-8")
+    except (OSError, ValueError):  # a marker that cannot be kept only loses this safeguard
+        return
+
+
+def _recorded_data_dir(root: str | None) -> str | None:
+    if not root:
+        return None
+    try:
+        return json.loads((Path(root) / PROJECT_FILE).read_text(encoding="utf-8"))["data_dir"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def keep_partitions_reason(
+    settings: Settings, registered: Iterable[str], instance_root: str | None = None
+) -> str | None:
+    """Why no partition may be removed on this tick (None: partitions follow the config).
+    A config with no sources, or one of another project than the one whose commands use this
+    Dagster home, is what a process sees that loaded the wrong file (the UI once started
+    without the user's config and removed every partition), not a user who removed sources."""
+    kept = sorted(registered)
+    if not kept:
+        return None
+    from clef_pipelines.config import CONFIG_ENV
+
+    origin = os.environ.get(CONFIG_ENV) or f"{settings.base_dir} (no config file named)"
+    fix = (
+        "if this is not your config, start the UI with `clef-pipelines ui` from the folder of "
+        f"your clef-pipelines.yaml or set ${CONFIG_ENV}"
+    )
+    if not settings.sources:
+        return (
+            f"the config loaded here ({origin}) has no sources: partition(s) {', '.join(kept)} "
+            f"are kept, not removed; {fix}; to remove a source, delete its entry and keep at "
+            "least one other"
+        )
+    recorded = _recorded_data_dir(instance_root)
+    here = str(settings.data_path.resolve())
+    if recorded is not None and recorded != here:
+        return (
+            f"the config loaded here ({origin}) keeps its data in {here}, but this Dagster "
+            f"instance belongs to the project whose data is in {recorded}: no partition is "
+            f"removed; {fix}"
+        )
+    return None
 
 
 def removed_source_message(names: Iterable[str]) -> str:
@@ -99,9 +166,12 @@ def source_change_sensor(
     context: dg.SensorEvaluationContext, pipeline_settings: PipelineSettings
 ) -> dg.SensorResult:
     settings = pipeline_settings.settings
-    to_add, to_remove = partition_changes(
-        context.instance.get_dynamic_partitions(PARTITIONS), settings
-    )
+    registered = context.instance.get_dynamic_partitions(PARTITIONS)
+    kept = keep_partitions_reason(settings, registered, context.instance.root_directory)
+    if kept:
+        context.log.warning(kept)
+        return dg.SensorResult(skip_reason=kept, cursor=context.cursor)
+    to_add, to_remove = partition_changes(registered, settings)
     previous = json.loads(context.cursor) if context.cursor else {}
     # Counted into each run key: Dagster drops a request whose key it has seen, and a setting
     # changed and then changed back gives a signal seen before.
@@ -148,8 +218,10 @@ def build_refresh_schedule(cron: str) -> dg.ScheduleDefinition:
         context: dg.ScheduleEvaluationContext, pipeline_settings: PipelineSettings
     ):  # type: ignore[no-untyped-def]
         settings = pipeline_settings.settings
-        if not settings.sources:
-            return dg.SkipReason("no sources configured")
+        registered = context.instance.get_dynamic_partitions(PARTITIONS)
+        kept = keep_partitions_reason(settings, registered, context.instance.root_directory)
+        if kept or not settings.sources:
+            return dg.SkipReason(kept or "no sources configured")
         _added, removed = reconcile_partitions(context.instance, settings)
         if removed:
             context.log.warning(removed_source_message(removed))

@@ -23,7 +23,7 @@ from clef_pipelines.assets.evaluation import dataset_partitions
 from clef_pipelines.config import Settings
 from clef_pipelines.evals.sources import with_eval_sources
 from clef_pipelines.ingest.locks import CollectionBusy, collection_lock, held, lock_path
-from clef_pipelines.jobs.ingestion import PARTITIONS, reconcile_partitions
+from clef_pipelines.jobs.ingestion import PARTITIONS, reconcile_partitions, record_project
 from clef_pipelines.jobs.location import build_definitions, build_resources
 from clef_pipelines.jobs.results import SourceRunReport
 from clef_pipelines.privacy import apply_file_privacy
@@ -78,6 +78,7 @@ def ensure_dagster_home(settings: Settings) -> Path:
             "# (partition) at a time. Other settings you add here are kept.\n"
         )
         cfg.write_text(header + yaml.safe_dump(wanted, sort_keys=False), encoding="utf-8")
+    record_project(home, settings)
     os.environ["DAGSTER_HOME"] = str(home)
     os.environ.setdefault("DAGSTER_DG_UPDATE_CHECK_ENABLED", "0")
     return home

@@ -1,4 +1,5 @@
-"""Markdown (CommonMark + GFM tables) -> blocks, via markdown-it-py tokens.
+"""Markdown (CommonMark + GFM tables, MyST directives and roles) -> blocks, via markdown-it-py
+tokens.
 
 Offsets come from each block token's `.map` (its source line range), so
 `original[char_start:char_end]` is exactly the block's source lines, markers included.
@@ -17,6 +18,7 @@ from markdown_it.token import Token
 from clef_pipelines.parsing.builder import BlockBuilder
 from clef_pipelines.parsing.lines import LineIndex
 from clef_pipelines.parsing.models import Block, BlockKind
+from clef_pipelines.parsing.myst import rewrite_myst
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n.*?\r?\n(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
 
@@ -226,7 +228,8 @@ _HANDLERS: dict[str, Callable[[_Walk, int], int]] = {
 
 
 def parse_markdown(original: str) -> list[Block]:
-    tokens = _parser().parse(_blank_front_matter(original))
+    # MyST directives, roles and labels become the CommonMark they stand for, line for line.
+    tokens = _parser().parse(rewrite_myst(_blank_front_matter(original)))
     walk = _Walk(original, tokens)
     blocks = walk.run()
     if max((t.level for t in tokens), default=0) >= MAX_NESTING - 2:

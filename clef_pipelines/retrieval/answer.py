@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from clef_pipelines.redact import secret_from_env
 from clef_pipelines.retrieval.config import AnswerConfig
 from clef_pipelines.retrieval.result import RetrievalResult
 
@@ -73,7 +74,7 @@ class _HttpChat:
             raise AnswerNotConfigured(f"retrieval.answer.model is not set (provider {self.name})")
         env = dict(os.environ) if env is None else env
         key_env = config.api_key_env or self.default_key_env
-        self.api_key = env.get(key_env) or ""
+        self.api_key = secret_from_env(key_env, env) or ""
         if not self.api_key and config.base_url is None:
             raise AnswerNotConfigured(f"the {self.name} provider needs an API key in ${key_env}")
         self.config = config

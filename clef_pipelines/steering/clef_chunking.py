@@ -65,7 +65,7 @@ def section_units(
     sentences = sentence_units(blocks, prose, cfg.max_tokens, counter)
     others = _units(blocks, cfg, counter)
     out: list[list[Unit]] = []
-    for section in _sections(blocks):
+    for _heading, section in _sections(blocks):
         units: list[Unit] = []
         for i in section:
             units.extend(sentences[i] if i in sentences else others[i])

@@ -20,10 +20,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from clef_pipelines.clef.wire import ChoiceAnswer
 from clef_pipelines.config import ChunkingConfig
@@ -150,13 +154,19 @@ class _Judged:
 
 
 def screen_blocks(
-    blocks: pl.DataFrame, steering: Steering, *, chunking: ChunkingConfig | None = None
+    blocks: pl.DataFrame,
+    steering: Steering,
+    *,
+    chunking: ChunkingConfig | None = None,
+    on_judged: Callable[[int, int], None] | None = None,
 ) -> tuple[pl.DataFrame, ScreenReport]:
     """Judge every screenable block; returns the blocks with the screen columns, and a report.
 
     `chunking`: the collection's chunking settings; with them the chunks are predicted and
     the enrichment's questions about them are asked in the screen's requests, naming the
-    paragraphs' parts instead of sending the text again (`steering.preask`)."""
+    paragraphs' parts instead of sending the text again (`steering.preask`). `on_judged(done,
+    total)`: the offline guard's progress over the blocks it scores, a slice at a time (the
+    screen is the longest stage of an ingest with the guard on)."""
     started = time.perf_counter()
     cfg = steering.cfg
     rep = ScreenReport(blocks=blocks.height, judges=cfg.screen.judges)
@@ -167,7 +177,7 @@ def screen_blocks(
     rep.screened = len(screenable)
     judged = _Judged()
     _ask_clef(judged, blocks, screenable, texts, steering, chunking, rep)
-    _ask_guard(judged, blocks, screenable, texts, steering, rep)
+    _ask_guard(judged, blocks, screenable, texts, steering, rep, on_judged)
     cols, decisions = _decide_blocks(n, screenable, judged, steering)
     out = blocks.with_columns(
         [pl.Series(name, cols[name], dtype=dtype) for name, dtype in SCREEN_COLUMNS.items()]
@@ -247,6 +257,7 @@ def _ask_guard(
     texts: list[str],
     steering: Steering,
     rep: ScreenReport,
+    on_judged: Callable[[int, int], None] | None = None,
 ) -> None:
     """The offline guard's score of each screenable block it judges."""
     cfg = steering.cfg
@@ -271,12 +282,39 @@ def _ask_guard(
             rep.guard_not_judged[NO_PROSE] = prose.count(False)
             asked = [i for i, has in zip(asked, prose, strict=True) if has]
     _warn_unjudged(rep)
-    scores = steering.guard_scores([texts[i] for i in asked])
+    scores = _guard_scores_in_slices(steering, [texts[i] for i in asked], on_judged)
     if scores is not None:
         judged.p_guard = {i: float(s) for i, s in zip(asked, scores, strict=True)}
     embed = getattr(guard, "plain_vectors", None)
     if cfg.guard.context.enabled and embed is not None and judged.p_guard:
         _read_context(judged, blocks, screenable, texts, cfg.guard.context, embed, rep)
+
+
+#: Texts the guard scores between two progress reports: 20 s of MiniLM on 2 loaded cores,
+#: and enough windows per pass that slicing costs little (the run log beats every 20 s).
+GUARD_SLICE = 512
+
+
+def _guard_scores_in_slices(
+    steering: Steering, texts: list[str], on_judged: Callable[[int, int], None] | None
+) -> np.ndarray | None:
+    """`steering.guard_scores(texts)`, a slice at a time when someone follows the progress
+    (each text's score does not depend on the others)."""
+    if on_judged is None or len(texts) <= GUARD_SLICE:
+        scores = steering.guard_scores(texts)
+        if on_judged is not None:
+            on_judged(len(texts), len(texts))
+        return scores
+    import numpy as np
+
+    parts: list[np.ndarray] = []
+    for start in range(0, len(texts), GUARD_SLICE):
+        part = steering.guard_scores(texts[start : start + GUARD_SLICE])
+        if part is None:
+            return None
+        parts.append(part)
+        on_judged(min(start + GUARD_SLICE, len(texts)), len(texts))
+    return np.concatenate(parts)
 
 
 def _read_context(

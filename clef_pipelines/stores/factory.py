@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import pathlib
 
-from clef_pipelines.redact import register_secret, register_url_secrets
+from clef_pipelines.redact import register_url_secrets, secret_from_env
 from clef_pipelines.stores.base import StoreError, VectorStore
 from clef_pipelines.stores.config import StoreConfig
 
@@ -78,8 +77,7 @@ def open_store(
         if q.url:
             api_key = None
             if q.api_key_env:
-                api_key = os.environ.get(q.api_key_env)
-                register_secret(api_key)
+                api_key = secret_from_env(q.api_key_env)
                 if not api_key:
                     raise StoreError(
                         f"store.qdrant.api_key_env names {q.api_key_env!r}, which is not set"
@@ -96,8 +94,8 @@ def open_store(
         return QdrantStore(path=path, batch_size=q.batch_size)
     if kind == "pgvector":
         p = config.pgvector
-        dsn = os.environ.get(p.dsn_env)
-        register_url_secrets(dsn)  # psycopg errors may echo parts of the connection string
+        # psycopg errors may echo parts of the connection string: its password is registered.
+        dsn = secret_from_env(p.dsn_env)
         if not dsn:
             raise StoreError(
                 f"store.kind 'pgvector' reads its connection string from the env variable "

@@ -35,8 +35,8 @@ def _assert_offsets(original: str, chunks: list[Chunk]) -> None:
 
 def test_structural_never_crosses_headings() -> None:
     md = "# Guide\n\n" + SENT + "\n\n## Auth\n\n" + SENT + "\n\n## Limits\n\n" + SENT + "\n"
-    chunks = chunk_blocks(parse_markdown(md), "Guide", "g", _cfg(min_tokens=40))
-    # Each section is smaller than min_tokens, yet none is merged across a heading.
+    chunks = chunk_blocks(parse_markdown(md), "Guide", "g", _cfg(min_tokens=8))
+    # Each section is over min_tokens and under target: none is merged across a heading.
     assert [c.section_path for c in chunks] == ["Guide", "Guide > Auth", "Guide > Limits"]
     assert all(c.text == SENT.strip() for c in chunks)
     assert [c.chunk_index for c in chunks] == [0, 1, 2]
@@ -101,8 +101,40 @@ def test_structural_merges_small_pieces_within_section() -> None:
     cfg = _cfg(min_tokens=5, target_tokens=per, max_tokens=per + 20, overlap_tokens=0)
     chunks = chunk_blocks(parse_markdown(md), "Guide", "g", cfg)
     # "Tiny." cannot be packed (target reached) but is under min_tokens: merged backwards.
-    assert [c.text for c in chunks] == [SENT.strip() + "\n\nTiny.", "Small."]
-    assert chunks[0].tokens == per + count_tokens("Tiny.")
+    # "Small." is alone in its section and under min_tokens too: its section joins the one
+    # before (issue 55: it was a chunk of its own), with its heading as a line.
+    assert [c.text for c in chunks] == [SENT.strip() + "\n\nTiny.\n\n## Next\n\nSmall."]
+    tiny = count_tokens("Tiny.") + count_tokens("## Next") + count_tokens("Small.")
+    assert chunks[0].tokens == per + tiny
+    assert chunks[0].section_path == "Guide"
+
+
+def test_tiny_sections_join_a_related_neighbour_with_their_heading() -> None:
+    """Issue 55: an API reference of one-line sections gave one tiny chunk a section. Each
+    tiny section now joins the chunk before it when the two lie in one enclosing section and
+    the result fits max_tokens; unrelated sections and full-size ones stay apart."""
+    md = (
+        "# API\n\nThe calls of the sync client.\n\n"
+        "## pause()\n\nStops uploads.\n\n"
+        "## resume()\n\nStarts uploads again.\n\n"
+        "### Errors\n\nRaises when offline.\n\n"
+        "# Billing\n\n" + " ".join([SENT.strip()] * 2) + "\n\n"
+        "## Refunds\n\nWithin a month.\n"
+    )
+    cfg = _cfg(min_tokens=20, target_tokens=60, max_tokens=120)
+    chunks = chunk_blocks(parse_markdown(md), "API", "a", cfg)
+    assert [c.text for c in chunks] == [
+        "The calls of the sync client.\n\n## pause()\n\nStops uploads.\n\n## resume()\n\n"
+        "Starts uploads again.\n\n### Errors\n\nRaises when offline.",
+        " ".join([SENT.strip()] * 2) + "\n\n## Refunds\n\nWithin a month.",
+    ]
+    assert [c.section_path for c in chunks] == ["API", "Billing"]
+    assert all(c.tokens <= cfg.max_tokens for c in chunks)
+    _assert_offsets(md, chunks)
+    # Full-size sections are never joined, whatever their relation.
+    big = _cfg(min_tokens=3, target_tokens=60, max_tokens=120)
+    apart = chunk_blocks(parse_markdown(md), "API", "a", big)
+    assert len(apart) == 6 and all("#" not in c.text for c in apart)
 
 
 def test_list_items_render_with_bullets() -> None:

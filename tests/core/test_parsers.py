@@ -320,3 +320,80 @@ def test_rst_doctest_blocks_are_code_not_quotes() -> None:
         ("paragraph", "A quote follows:"),
         ("quote", "Simple is better than complex."),
     ]
+
+
+MYST = """# Install
+
+(install-label)=
+## Steps
+
+```{note}
+Run the installer as root.
+```
+
+:::{warning} Mind the disk
+:class: dropdown
+The cache fills the disk.
+:::
+
+````{tip}
+Check the version first:
+```python
+print(version())
+```
+````
+
+```{code-block} python
+:linenos:
+x = 1
+```
+
+See {ref}`the upgrade guide <upgrade>` and {doc}`setup`.
+
+```{toctree}
+:maxdepth: 2
+intro
+usage
+```
+"""
+
+
+def test_myst_directives_roles_and_labels_leave_no_markup_in_blocks() -> None:
+    blocks = parse_markdown(MYST)
+    got = [(b.kind, b.text) for b in blocks if b.kind != "heading"]
+    assert got == [
+        ("paragraph", "Run the installer as root."),
+        ("paragraph", "Mind the disk"),
+        ("paragraph", "The cache fills the disk."),
+        ("paragraph", "Check the version first:"),
+        ("code", "print(version())"),
+        ("code", "x = 1"),
+        ("paragraph", "See the upgrade guide and setup."),
+    ]
+    # The label line is gone, not a paragraph; headings and paths are as without MyST.
+    assert [b.heading_path for b in blocks][-1] == ["Install", "Steps"]
+    for b in blocks:
+        span = MYST[b.char_start : b.char_end]
+        assert all(word.strip(".:") in span for word in b.text.split()), (b.text, span)
+
+
+def test_myst_in_chunks_leaves_no_stray_backticks_or_braces() -> None:
+    from clef_pipelines.chunking import chunk_blocks
+    from clef_pipelines.config import ChunkingConfig
+
+    cfg = ChunkingConfig(min_tokens=1, target_tokens=400, max_tokens=800, overlap_tokens=0)
+    chunks = chunk_blocks(parse_markdown(MYST), "Install", "i", cfg)
+    text = "\n".join(c.text for c in chunks)
+    for stray in ("{", "}", ":::", "````", ":linenos:", ":maxdepth:", "intro\nusage", ")="):
+        assert stray not in text, stray
+    # The only backticks left are the fences the chunker puts around each code block.
+    assert text.count("```") == 4
+
+
+def test_plain_markdown_is_not_rewritten_as_myst() -> None:
+    from clef_pipelines.parsing.myst import rewrite_myst
+
+    plain = "# T\n\nA set {a, b} and `code` and f(x)=1.\n\n```{r}\nplot(x)\n```\n"
+    assert rewrite_myst(plain) == plain.replace("```{r}", "```r")
+    blocks = parse_markdown(plain)
+    assert [b.text for b in blocks][1:] == ["A set {a, b} and `code` and f(x)=1.", "plot(x)"]

@@ -77,3 +77,18 @@ def test_query_mode_option(collection_factory: Any, tmp_path: Path) -> None:
         assert result["passages"]
     bad = runner.invoke(app, ["query", QUERY, "--mode", "sparse", "-c", cfg])
     assert bad.exit_code != 0
+
+
+def test_query_and_ask_without_a_config_say_so_and_create_nothing(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A first-day user in a folder without a config gets told, not an empty `./.clef` store
+    searched with every default."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLEF_PIPELINES_CONFIG", raising=False)
+    for command in ("query", "ask"):
+        out = runner.invoke(app, [command, QUERY])
+        assert out.exit_code == 2, out.output
+        flat = " ".join(out.output.split())
+        assert "no config found" in flat and "clef-pipelines init" in flat, out.output
+    assert list(tmp_path.iterdir()) == []
