@@ -34,14 +34,14 @@ from clef_pipelines.records import PIPELINE_VERSION
 from tests.shared_data import SCIFACT, need
 
 QUERIES = 50
-SLICE_DOCS = 400
+SLICE_DOCS = 250
 SEED = 11
-# Measured 2026-12-01 (MiniLM, default chunking, these 50 queries over this 400-abstract slice;
-# docs/RESULTS.md "CI's slice"): vector nDCG@10 = 0.8486. The floor sits 0.03 below it. MiniLM
-# is deterministic (vectors differ across CPUs by ~1e-6), so the margin only absorbs small
-# intended changes elsewhere (a chunking or recall tweak moving a few ranks); a broken
-# embedder, chunker or store falls far below it.
-NDCG_FLOOR = 0.82
+# Measured 2026-12-06 (MiniLM, default chunking, the guard off, these 50 queries over this
+# 250-abstract slice; docs/RESULTS.md "CI's slice"): vector nDCG@10 = 0.8627. The floor sits
+# 0.03 below it. MiniLM is deterministic (vectors differ across CPUs by ~1e-6), so the margin
+# only absorbs small intended changes elsewhere (a chunking or recall tweak moving a few
+# ranks); a broken embedder, chunker or store falls far below it.
+NDCG_FLOOR = 0.83
 
 
 def slice_files(scifact: Path) -> dict[str, str]:
@@ -95,7 +95,17 @@ def test_scifact_slice_vector_ndcg_floor(tmp_path: Path, monkeypatch: pytest.Mon
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(text)
         config = tmp_path / "clef-pipelines.yaml"
-        config.write_text(yaml.safe_dump({"data_dir": str(cache), "clef": {"backend": "off"}}))
+        # The floor is the embedder's and the chunker's: the guard (judged by its own tests and
+        # benchmarks) stays off, so a cold run pays for embedding only.
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "data_dir": str(cache),
+                    "clef": {"backend": "off"},
+                    "steering": {"guard": {"mode": "off"}},
+                }
+            )
+        )
         settings = load_settings(config)
         dataset = EvalDatasetConfig(name="scifact-slice", spec=f"beir:{beir}", split="train")
         overrides = eval_overrides(settings, dataset, systems=["vector"])
