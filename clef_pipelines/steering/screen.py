@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 from clef_pipelines.clef.wire import ChoiceAnswer
 from clef_pipelines.config import ChunkingConfig
+from clef_pipelines.guard.config import GuardContextConfig
 from clef_pipelines.guard.context import (
     FITS_DOCUMENT,
     OFF_TOPIC_REQUEST,
@@ -322,8 +323,8 @@ def _read_context(
     blocks: pl.DataFrame,
     screenable: list[int],
     texts: list[str],
-    context: Any,
-    embed: Any,
+    context: GuardContextConfig,
+    embed: Callable[[Sequence[str]], Any],
     rep: ScreenReport,
 ) -> None:
     """The guard's verdicts with each block's document as context (`guard.context`): the
