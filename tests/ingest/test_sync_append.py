@@ -12,46 +12,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from clef_pipelines.embedding.hashing import HashEmbedder
 from clef_pipelines.ingest.documents import CHANGED, NEW, REPAIR
 from clef_pipelines.ingest.sync import confirm_new_documents, sync_source
-from clef_pipelines.records import content_hash, record_id
 from clef_pipelines.stores.lancedb_store import LanceDBStore
-
-EMBEDDER = HashEmbedder(dimension=16)
+from tests.stores.refresh import EMBEDDER, chunk_frame, inventory
 
 
 def chunks(source: str, docs: dict[str, list[str]], doc_hash: str = "h1") -> pl.DataFrame:
-    """Embedded chunks of `docs` (doc id -> chunk texts), as the embeddings step leaves them."""
-    rows = []
-    for doc_id, texts in docs.items():
-        for i, text in enumerate(texts):
-            rows.append(
-                {
-                    "id": record_id(f"{source}\x1f{doc_id}", content_hash(text)),
-                    "source": source,
-                    "doc_id": doc_id,
-                    "chunk_index": i,
-                    "doc_hash": doc_hash,
-                    "doc_chunk_count": len(texts),
-                    "text": text,
-                    "embed_text": text,
-                    "quarantined": False,
-                }
-            )
-    frame = pl.DataFrame(rows)
-    vectors = EMBEDDER.embed(frame["embed_text"].to_list())
-    return frame.with_columns(pl.Series("vector", vectors).cast(pl.List(pl.Float32)))
-
-
-def inventory(source: str, statuses: dict[str, str]) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "source": [source] * len(statuses),
-            "doc_id": list(statuses),
-            "status": list(statuses.values()),
-        }
-    )
+    """Embedded chunks of `docs` (doc id -> chunk texts), all of one document hash."""
+    return chunk_frame(source, {doc_id: (doc_hash, texts) for doc_id, texts in docs.items()})
 
 
 def sync(store: LanceDBStore, source: str, inv: pl.DataFrame, frame: pl.DataFrame) -> None:
