@@ -368,7 +368,8 @@ def sync_batch(
     in `report.empty_documents`. None: failures are not known, so documents without chunks
     are left as they are."""
     to_remove = inventory.filter(pl.col("status") == REMOVED)["doc_id"].to_list()
-    emptied = _note_empty_documents(inventory, embedded, to_remove, failed, report)
+    with_chunks = set(embedded["doc_id"].unique().to_list()) if embedded.height else set()
+    emptied = _note_empty_documents(inventory, with_chunks, to_remove, failed, report)
     if embedded.height == 0 and not to_remove and not emptied:
         return False  # nothing changed: write nothing, not even the manifest
 
@@ -389,7 +390,6 @@ def sync_batch(
     # documents whose rows carry two hashes, which the next inventory marks REPAIR; that run
     # finds the stale rows the same way and removes them. A document that now yields no
     # chunks at all keeps none.
-    with_chunks = set(embedded["doc_id"].unique().to_list()) if embedded.height else set()
     restated = sorted(
         doc_id
         for doc_id in set(
@@ -438,7 +438,7 @@ def sync_batch(
 
 def _note_empty_documents(
     inventory: pl.DataFrame,
-    embedded: pl.DataFrame,
+    with_chunks: set[str],
     removed: list[str],
     failed: frozenset[str] | None,
     report: SyncReport,
@@ -448,7 +448,6 @@ def _note_empty_documents(
     if failed is None or "doc_hash" not in inventory.columns:
         return False
     processed = inventory.filter(pl.col("status").is_in(TO_PROCESS)).select("doc_id", "doc_hash")
-    with_chunks = set(embedded["doc_id"].unique().to_list()) if embedded.height else set()
     empty = False
     for doc_id, doc_hash in processed.iter_rows():
         if doc_id in failed:
