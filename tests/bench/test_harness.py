@@ -73,7 +73,9 @@ def test_a_flag_given_wins_over_quick() -> None:
 
 def _sources() -> list[Path]:
     # bench/ and the one-off benches moved to lab/bench/ (run as `python -m lab.bench.NAME`).
-    return sorted([*BENCH.rglob("*.py"), *(REPO / "lab" / "bench").rglob("*.py")])
+    # Not the peers' venvs (bench/.peer-venv, bench/.compactor-venv: ignored by git).
+    found = [*BENCH.rglob("*.py"), *(REPO / "lab" / "bench").rglob("*.py")]
+    return sorted(p for p in found if not any(part.startswith(".") for part in p.parts))
 
 
 @pytest.mark.parametrize("path", _sources(), ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -67,3 +67,70 @@ def test_compact_cli(fake: FakeServer, tmp_path: Any, monkeypatch: Any) -> None:
     assert "instructs_ai" in human.output
     empty = runner.invoke(app, ["compact", "-q", QUERY, "-c", str(cfg)])
     assert empty.exit_code == 2 and "no passages" in empty.output
+
+
+#: What a cold `compact` must not import: no store client, no embedder, no Dagster.
+COMPACT_NEVER_IMPORTS = {
+    "lancedb",
+    "qdrant_client",
+    "psycopg",
+    "sentence_transformers",
+    "torch",
+    "transformers",
+    "dagster",
+    "numpy",
+    "pandas",
+    "pyarrow",
+}
+
+
+def test_cold_compact_cli_imports_no_store_embedder_or_dagster(
+    fake: FakeServer, tmp_path: Any, monkeypatch: Any
+) -> None:
+    """The `compact` command run whole in a fresh interpreter (the console script's module,
+    Clef on against the fake server) leaves no store, embedder or Dagster in `sys.modules`.
+    Its timings are for `python -m bench run compact`, never for a test."""
+    import subprocess
+    import sys
+    import textwrap
+
+    fake.answer_with(judge())
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        f"data_dir: {tmp_path / 'state'}\n"
+        "clef:\n  backend: self-hosted\n"
+        f"  base_url: {fake.base_url}\n  api_key_env: CLEF_TEST_KEY\n  cache: false\n"
+    )
+    (tmp_path / "p.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in PASSAGES))
+    code = textwrap.dedent(
+        """
+        import json, sys
+        from clef_pipelines.cli.main import app  # what the console script imports
+        try:
+            app(sys.argv[1:])
+        except SystemExit as exc:
+            assert not exc.code, exc.code
+        never = set(json.loads(sys.stdin.read()))
+        loaded = {m for m in sys.modules if m.split(".")[0] in never}
+        loaded |= {m for m in sys.modules if m.startswith(("clef_pipelines.stores.",
+            "clef_pipelines.embedding.", "clef_pipelines.jobs", "clef_pipelines.assets"))
+            and m not in ("clef_pipelines.stores.base", "clef_pipelines.stores.config",
+            "clef_pipelines.stores.text", "clef_pipelines.embedding.config",
+            "clef_pipelines.jobs", "clef_pipelines.jobs.results")}
+        print("LOADED", json.dumps(sorted(loaded)))
+        """
+    )
+    args = ["compact", "-q", QUERY, "-i", str(tmp_path / "p.jsonl"), "--json", "-c", str(cfg)]
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        input=json.dumps(sorted(COMPACT_NEVER_IMPORTS)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "CLEF_TEST_KEY": "test-key"},
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert len(fake.requests) >= 1  # Clef answered: the command did its work
+    loaded = json.loads(out.stdout.split("LOADED", 1)[1])
+    assert loaded == []
