@@ -11,6 +11,15 @@ server answering after a fixed latency (default 40 ms). Prints a Markdown table:
 p50 and p95 latency, and Clef requests per query. The fake server measures the pipeline around
 Clef, never Clef's own quality or speed. `--quick`: 200 abstracts, 40 requests, 1 and 8
 clients.
+
+Beside the API's Clef-steered rows, a warm `Retriever` row: the same settings, the same
+queries, the same fake server, in this process, one query after another (after one warm-up
+query, as the API's): the API must ask Clef no more often (issue 56). The fake answers as the
+`retrieval` benchmark's does (`--fake-answers spread`: noul probabilities spread by question,
+so that a first wave of classification can settle a query); `--fake-answers constant`: every
+noul 0.7, as the test fake answers by default (no first wave ever settles, so `classify.waves:
+auto` asks every candidate at once: the "3 requests a query" the API showed before, which a
+warm `Retriever` shows too).
 """
 
 from __future__ import annotations
@@ -18,12 +27,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -146,11 +158,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--embedder", default="hash", choices=["hash", "minilm"])
     parser.add_argument("--clef-latency-ms", type=float, default=40.0)
+    parser.add_argument("--fake-answers", default="spread", choices=["spread", "constant"])
     # --json (the results on stdout) is the harness's, as before.
+
+
+def warm_retriever(cfg: Path, qs: list[str]) -> dict[str, Any]:
+    """The same queries through a warm `Retriever` in this process, one after another."""
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.retrieval import Retriever
+
+    latencies: list[float] = []
+    clef_requests: list[int] = []
+    with Retriever(load_settings(cfg)) as r:
+        r.warm()
+        r.retrieve(qs[0])  # warm-up, as the API's
+        started = time.perf_counter()
+        for q in qs:
+            t = time.perf_counter()
+            res = r.retrieve(q)
+            latencies.append((time.perf_counter() - t) * 1e3)
+            clef_requests.append(res.to_dict()["trace"]["clef_requests"])
+        wall = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "concurrency": 1,
+        "requests": len(qs),
+        "errors": 0,
+        "rps": len(qs) / wall,
+        "p50_ms": statistics.median(latencies),
+        "p95_ms": latencies[int(0.95 * (len(latencies) - 1))],
+        "clef_requests_per_query": statistics.mean(clef_requests),
+        "stage_ms": {},
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     need_shared(SCIFACT / "corpus.jsonl")
+    from bench.fake_systemone import noul_answer
     from clef_pipelines.testing.fake_systemone import FakeServer
 
     env = child_env(TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
@@ -159,7 +203,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     with (
         tempfile.TemporaryDirectory(prefix="bench-api-") as tmp,
-        FakeServer(delay_s=args.clef_latency_ms / 1e3) as fake,
+        FakeServer(
+            delay_s=args.clef_latency_ms / 1e3,
+            answerer=noul_answer if args.fake_answers == "spread" else None,
+        ) as fake,
     ):
         root = Path(tmp)
         systems = {
@@ -197,9 +244,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 proc.terminate()
                 proc.wait(30)
+            if clef["backend"] != "off":
+                # HF_HUB_OFFLINE and the tokenizer setting, as the API process had them.
+                with _env(env):
+                    row = warm_retriever(cfg, qs)
+                row["system"] = "warm Retriever, same settings (in process)"
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
     print(
         f"{args.docs} SciFact abstracts, {args.embedder} embedder, LanceDB, top_k 30, "
-        f"{args.requests} requests per row\n"
+        f"{args.requests} requests per row, fake answers {args.fake_answers}\n"
     )
     print(
         "| system | clients | req/s | p50 ms | p95 ms | Clef requests/query | "
@@ -212,4 +266,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"| {r['system']} | {r['concurrency']} | {r['rps']:.1f} | {r['p50_ms']:.1f} | "
             f"{r['p95_ms']:.1f} | {r['clef_requests_per_query']:.2f} | {stages} | {r['errors']} |"
         )
-    return {"docs": args.docs, "embedder": args.embedder, "requests": args.requests, "rows": rows}
+    return {
+        "docs": args.docs,
+        "embedder": args.embedder,
+        "requests": args.requests,
+        "fake_answers": args.fake_answers,
+        "rows": rows,
+    }
+
+
+@contextmanager
+def _env(env: dict[str, str]) -> Iterator[None]:
+    keys = ("TOKENIZERS_PARALLELISM", "HF_HUB_OFFLINE")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update({k: env[k] for k in keys if k in env})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
