@@ -151,6 +151,15 @@ class CompactConfig(StrictModel):
         None, ge=1, description="Tokens of passage text sent to the LLM at most; None: no cap."
     )
     dedupe: bool = Field(True, description="Drop a passage whose text repeats a kept one.")
+    preview_chars: int | None = Field(
+        None,
+        ge=64,
+        description="Clef reads only the first N characters of each passage when classifying "
+        "(cut at a word; the passage itself is kept or dropped whole, never cut); None: the "
+        "whole passage. Fewer bytes and tokens a request, but evidence past the preview goes "
+        "unread: on SciFact's abstracts (about 1,500 characters, findings at the end) 512 "
+        "loses evidence (docs/BENCHMARKS.md#compact), so it is off by default.",
+    )
 
 
 class GateConfig(StrictModel):

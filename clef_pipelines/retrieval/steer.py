@@ -173,6 +173,7 @@ async def _ask_classify(
             first_wave=ccfg.first_wave,
             min_first_wave=scfg.max_passages,
             ask_in_waves=in_waves,
+            preview_chars=cfg.compact.preview_chars,
         )
     except ClefError as exc:  # e.g. a passage too long for any request
         trace.error = f"{type(exc).__name__}: {exc}"

@@ -69,6 +69,16 @@ class ClassifyOutcome:
 Settled = Callable[[Sequence[Candidate], Sequence[Candidate]], bool]
 
 
+def preview(text: str, chars: int | None) -> str:
+    """The first `chars` characters of `text`, cut at the last space in the second half of
+    the cut (None: all of it): what Clef reads under `compact.preview_chars`."""
+    if chars is None or len(text) <= chars:
+        return text
+    cut = text[:chars]
+    space = cut.rfind(" ")
+    return cut[:space] if space > chars // 2 else cut
+
+
 class WaveHistory:
     """Whether recent queries' first waves settled their result (`classify.waves: auto`).
 
@@ -147,12 +157,14 @@ async def classify(
     first_wave: int | None = None,
     min_first_wave: int = 1,
     ask_in_waves: bool = True,
+    preview_chars: int | None = None,
 ) -> ClassifyOutcome:
     """Ask about every candidate without a `reason` yet; probabilities land in `.scores`.
     `settled(asked, rest)`: ask in waves (module docstring); None: everything at once.
     `min_first_wave`: fewer passages could never settle the result (`max_passages`).
     `ask_in_waves=False` with `settled`: ask at once, then only report in `.settled` whether
-    the first wave would have settled the result."""
+    the first wave would have settled the result. `preview_chars`: Clef reads only the first
+    that many characters of each passage (`preview`); None: the whole passage."""
     started = time.perf_counter()
     asks = [a for a in PASSAGE_ASKS if ask_instructs_ai or a is not INSTRUCTS_AI]
     todo = [c for c in candidates if c.reason is None]
@@ -165,7 +177,7 @@ async def classify(
         "max_subjects_per_request": passages_per_request,
         "shared_wording": shared_wording,
     }
-    subjects = [Subject(key=c.id, text=c.text) for c in todo]
+    subjects = [Subject(key=c.id, text=preview(c.text, preview_chars)) for c in todo]
     split = len(todo)
     head_plan: Plan | None = None
     if settled is not None:

@@ -134,3 +134,30 @@ def test_cold_compact_cli_imports_no_store_embedder_or_dagster(
     assert len(fake.requests) >= 1  # Clef answered: the command did its work
     loaded = json.loads(out.stdout.split("LOADED", 1)[1])
     assert loaded == []
+
+
+def test_preview_chars_sends_the_head_of_each_passage_and_keeps_it_whole(
+    fake: FakeServer, monkeypatch: Any
+) -> None:
+    from clef_pipelines.retrieval.config import RetrievalConfig
+    from clef_pipelines.steering.classify import preview
+
+    monkeypatch.setenv("CLEF_TEST_KEY", "test-key")
+    tail = " Later sentences hold the finding: uploads are capped at 5 MB/s." * 4
+    items = [{"id": f"d{i}", "text": t + tail} for i, t in enumerate(PASSAGES[:3])]
+    seen: list[str] = []
+
+    def reader(qid: str, question: dict[str, Any], state: Any) -> Any:
+        from tests.retrieval.conftest import text_of
+
+        seen.append(text_of(question, state))
+        return 0.02 if qid.endswith(("instructs_ai", "contradicts_query_premise")) else 0.9
+
+    fake.answer_with(reader)
+    cfg = RetrievalConfig.model_validate({"compact": {"preview_chars": 100}})
+    res = compact(QUERY, items, config=cfg, clef=clef_for(fake))
+    assert seen and all(len(t) <= 100 for t in seen)
+    assert {preview(i["text"], 100) for i in items} == set(seen)
+    assert {c.text for c in [*res.passages, *res.conflicts]} <= {i["text"] for i in items}
+    assert res.passages and all(len(c.text) > 100 for c in res.passages)  # never cut
+    assert preview("word " * 40, 64).endswith("word") and preview("short", 64) == "short"
