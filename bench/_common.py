@@ -48,6 +48,7 @@ BENCHMARKS: tuple[str, ...] = (
     "stores",
     "hybrid",
     "api",
+    "compact",
     "eval",
     "guard_cost",
     "embedders",
