@@ -369,7 +369,7 @@ def preview_run(args: argparse.Namespace) -> dict[str, Any]:
                 n_before = len(fake.requests)
                 res = compact(case["claim"], items, token_budget=budget, config=cfg, clef=clef)
                 body_bytes += sum(
-                    len(json.dumps(b, ensure_ascii=False).encode())
+                    len(json.dumps(b, ensure_ascii=False, separators=(",", ":")).encode())
                     for b in fake.requests[n_before:]
                 )
                 ids = {c.id for c in [*res.passages, *res.conflicts]}
