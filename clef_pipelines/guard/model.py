@@ -52,6 +52,12 @@ from clef_pipelines.guard.prose import has_prose, prose_reading
 
 WEIGHTS_PATH = Path(__file__).with_name("weights.npz")
 
+#: ``InjectionGuard.composite_floor`` where the weights name none: a composite window is read
+#: by MiniLM only when one of its sentences scored at least this. Chosen on the validation
+#: split (no decision changed at 0.01 to 0.2; the lowest sentence score under a composite that
+#: reached the threshold there was 0.18), set well below that.
+COMPOSITE_FLOOR = 0.05
+
 #: Texts -> their MiniLM vectors (n x 384).
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -120,6 +126,27 @@ def refers_back(sentence: str) -> bool:
     return bool(_REFERS_BACK.match(sentence))
 
 
+def text_window_plan(text: str, window_words: int) -> dict[str, tuple[str, ...] | None]:
+    """``text_windows`` with what each window is made of: None for a sentence (or a run of
+    ``window_words`` words of a long one), the sentences it joins for an adjacent pair or the
+    short whole text (a *composite*). Insertion-ordered: sentences first, then pairs, then the
+    whole; a text that repeats a window keeps its first role."""
+    units: list[str] = []
+    for sentence in guard_units(text):
+        words = _WORD.findall(sentence)
+        for start in range(0, len(words), window_words):
+            units.append(" ".join(words[start : start + window_words]))
+    plan: dict[str, tuple[str, ...] | None] = {}
+    for i, unit in enumerate(units):
+        if i == 0 or not refers_back(unit):
+            plan.setdefault(unit, None)
+    for a, b in zip(units, units[1:], strict=False):
+        plan.setdefault(f"{a} {b}", (a, b))
+    if len(units) > 2 and sum(u.count(" ") + 1 for u in units) <= window_words:
+        plan.setdefault(" ".join(units), tuple(units))
+    return plan
+
+
 def text_windows(text: str, window_words: int) -> list[str]:
     """The windows a text is scored on: each sentence (``guard_units``) except one that
     ``refers_back`` to the sentence before it, each pair of adjacent sentences, and the whole
@@ -133,16 +160,7 @@ def text_windows(text: str, window_words: int) -> list[str]:
     sentence longer than ``window_words`` words is cut into runs of that many words. Blank
     text gives no window (and scores 0).
     """
-    units: list[str] = []
-    for sentence in guard_units(text):
-        words = _WORD.findall(sentence)
-        for start in range(0, len(words), window_words):
-            units.append(" ".join(words[start : start + window_words]))
-    windows = [unit for i, unit in enumerate(units) if i == 0 or not refers_back(unit)]
-    windows += [f"{a} {b}" for a, b in zip(units, units[1:], strict=False)]
-    if len(units) > 2 and sum(u.count(" ") + 1 for u in units) <= window_words:
-        windows.append(" ".join(units))
-    return list(dict.fromkeys(windows))
+    return list(text_window_plan(text, window_words))
 
 
 def main_windows(text: str, window_words: int, decode: bool = True) -> list[str]:
@@ -150,11 +168,19 @@ def main_windows(text: str, window_words: int, decode: bool = True) -> list[str]
     aside) and, when ``decode`` and an encoding hides part of the text as written
     (``deobfuscate.deobfuscated``: escapes, percent codes, base64, look-alike letters), of its
     decoded reading too: a text scores as the worse of its two readings."""
-    windows = text_windows(prose_reading(text), window_words)
+    return list(main_window_plan(text, window_words, decode))
+
+
+def main_window_plan(
+    text: str, window_words: int, decode: bool = True
+) -> dict[str, tuple[str, ...] | None]:
+    """``main_windows`` with what each is made of (``text_window_plan``)."""
+    plan = text_window_plan(prose_reading(text), window_words)
     decoded = deobfuscated(text) if decode else None
-    if decoded is None:
-        return windows
-    return list(dict.fromkeys(windows + text_windows(decoded, window_words)))
+    if decoded is not None:
+        for window, parts in text_window_plan(decoded, window_words).items():
+            plan.setdefault(window, parts)
+    return plan
 
 
 def prefix_windows(text: str, sizes: Sequence[int]) -> list[str]:
@@ -325,17 +351,22 @@ class InjectionGuard:
             float(_sigmoid(np.array(min(self.gate_logit, self.prefix_gate_logit)))),
             0.5 * self.threshold,
         )
+        #: A composite window (a pair of sentences, a short whole) past stage 1 goes to MiniLM
+        #: only when one of its sentences scored at least this (``score_windows``).
+        self.composite_floor = float(meta.get("composite_floor", COMPOSITE_FLOOR))
         self.windows_scored = 0
         self.windows_embedded = 0
+        self.windows_deferred = 0
 
     @property
     def version(self) -> str:
         """Names exactly what scores a text: the weights, ``+decoded``: each text's decoded
         reading is scored too (``main_windows``), ``+backref``: a sentence that
         ``refers_back`` is read only with the one before it (``text_windows``), and
-        ``+prose``: inline code is set aside (``prose.prose_reading``). Cached scores
-        are keyed by it, so scores from an earlier reading are not reused."""
-        return self.weights_version + "+decoded+backref+prose"
+        ``+prose``: inline code is set aside (``prose.prose_reading``), ``+composites``: a
+        pair or whole is read only after one of its sentences scored at least
+        ``composite_floor`` (``score_windows``). Cached scores are keyed by it, so scores from an earlier reading are not reused."""
+        return self.weights_version + "+decoded+backref+prose+composites"
 
     @classmethod
     def from_file(cls, path: Path) -> InjectionGuard:
@@ -433,10 +464,30 @@ class InjectionGuard:
         """A text's windows (``main_windows``, then ``prefix_windows`` when the weights have a
         prefix stage) and a mask of the prefix ones. ``decode=False`` leaves out the decoded
         reading, only to measure what it adds (``lab/guard/bench_obfuscation.py``)."""
-        main = main_windows(text, self.window_words, decode)
+        windows, prefix, _ = self.window_plan(text, decode)
+        return windows, prefix
+
+    def window_plan(
+        self, text: str, decode: bool = True
+    ) -> tuple[list[str], np.ndarray, list[tuple[int, ...] | None]]:
+        """``windows`` and, per window, the positions (in this text's windows) of the
+        sentences a composite window joins (``text_window_plan``); None for a sentence, a
+        prefix, or a composite one of whose sentences is no window of its own (a sentence that
+        refers back): such a composite is always read."""
+        plan = main_window_plan(text, self.window_words, decode)
+        main = list(plan)
+        where = {w: i for i, w in enumerate(main)}
+        parts: list[tuple[int, ...] | None] = []
+        for window in main:
+            joined = plan[window]
+            if joined is None or any(plan.get(u, ()) is not None for u in joined):
+                parts.append(None)
+            else:
+                parts.append(tuple(where[u] for u in joined))
         prose = prose_reading(text)
         prefixes = prefix_windows(prose, self.prefix_words) if self.prefix_words else []
-        return main + prefixes, np.array([False] * len(main) + [True] * len(prefixes))
+        mask = np.array([False] * len(main) + [True] * len(prefixes))
+        return main + prefixes, mask, parts + [None] * len(prefixes)
 
     def gates(self, prefix: np.ndarray) -> np.ndarray:
         """Each window's stage-1 gate: ``prefix_gate_logit`` for prefix windows."""
@@ -447,13 +498,25 @@ class InjectionGuard:
         windows: Sequence[str],
         embed: Embed | None = None,
         prefix: np.ndarray | None = None,
+        parts: Sequence[tuple[int, ...] | None] | None = None,
     ) -> np.ndarray:
         """P(injection) per window: stage 1 settles clear windows, MiniLM decides the rest.
 
         ``embed`` replaces the MiniLM call (the benchmark passes vectors cached by text; they
         must be all-MiniLM-L6-v2's, normalised); weights with tuned layers take none, their
         main windows' vectors are not MiniLM's. ``prefix`` masks the sentence-prefix windows
-        (their own gate and stage 2); default none."""
+        (their own gate and stage 2); default none.
+
+        ``parts`` (``window_plan``, positions in ``windows``): a composite window (a pair of
+        sentences, a short whole) that passes stage 1 goes to MiniLM only when one of its
+        sentences scored at least ``composite_floor`` there; otherwise it keeps its stage-1
+        score. Why: on documentation the imperative prose passes stage 1 often, every sentence
+        is read alone and in two pairs, and the pairs were half of the words the guard sent to
+        MiniLM (a 320-file /usr/share/doc corpus: 330k of 716k tokens), three to four times
+        what its sentences decide. A split instruction has an instruction-like sentence in it;
+        on the validation split, skipping the composites whose sentences all scored under the
+        floor changed no decision (``lab/NOTEBOOK.md``, 2026-12-06). Each distinct window text is
+        embedded once."""
         if embed is not None and self.tuned_layers:
             raise GuardError(
                 f"{self.weights_version} has tuned MiniLM layers: cached MiniLM vectors cannot "
@@ -463,40 +526,70 @@ class InjectionGuard:
         scores = np.minimum(_sigmoid(logits), self._settled_ceiling)
         if prefix is None:
             prefix = np.zeros(len(windows), dtype=bool)
-        passed = np.flatnonzero(logits >= self.gates(prefix))
-        if passed.size:
-            is_prefix = prefix[passed]
-            texts = [windows[i] for i in passed]
-            vectors = np.asarray(embed(texts) if embed else self.vectors(texts, is_prefix))
-            out = np.empty(passed.size)
-            out[~is_prefix] = self.stage2_probabilities(
-                vectors[~is_prefix], logits[passed][~is_prefix]
-            )
-            if is_prefix.any():
-                out[is_prefix] = self.stage2_probabilities(
-                    vectors[is_prefix], logits[passed][is_prefix], prefix=True
-                )
-            scores[passed] = out
-            self.windows_embedded += int(passed.size)
+        passed = logits >= self.gates(prefix)
+        later = np.zeros(len(windows), dtype=bool)
+        if parts is not None:
+            later = passed & np.array([p is not None for p in parts], dtype=bool)
+        self._stage2(windows, np.flatnonzero(passed & ~later), logits, prefix, scores, embed)
+        if later.any():
+            assert parts is not None
+            wanted = [
+                i
+                for i in np.flatnonzero(later)
+                if max(scores[j] for j in parts[i]) >= self.composite_floor  # type: ignore[union-attr]
+            ]
+            self.windows_deferred += int(later.sum()) - len(wanted)
+            self._stage2(windows, np.array(wanted, dtype=np.int64), logits, prefix, scores, embed)
         self.windows_scored += len(windows)
         return scores
+
+    def _stage2(
+        self,
+        windows: Sequence[str],
+        picked: np.ndarray,
+        logits: np.ndarray,
+        prefix: np.ndarray,
+        scores: np.ndarray,
+        embed: Embed | None,
+    ) -> None:
+        """Stage 2 of the ``picked`` windows into ``scores``, each distinct (text, kind)
+        embedded once."""
+        if not picked.size:
+            return
+        keys = [(windows[i], bool(prefix[i])) for i in picked]
+        distinct = list(dict.fromkeys(keys))
+        row = {key: k for k, key in enumerate(distinct)}
+        is_prefix = np.array([p for _, p in distinct], dtype=bool)
+        texts = [w for w, _ in distinct]
+        vectors = np.asarray(embed(texts) if embed else self.vectors(texts, is_prefix))
+        vectors = vectors[[row[key] for key in keys]]
+        mine = prefix[picked]
+        out = np.empty(picked.size)
+        out[~mine] = self.stage2_probabilities(vectors[~mine], logits[picked][~mine])
+        if mine.any():
+            out[mine] = self.stage2_probabilities(vectors[mine], logits[picked][mine], prefix=True)
+        scores[picked] = out
+        self.windows_embedded += len(distinct)
 
     def _window_scores(
         self, texts: Sequence[str], embed: Embed | None = None, decode: bool = True
     ) -> tuple[list[str], list[int], np.ndarray]:
-        """Every window of every text (``windows``), the index of its text, and its
+        """Every window of every text (``window_plan``), the index of its text, and its
         P(injection), in one pass over all the texts' windows."""
         owner: list[int] = []
         windows: list[str] = []
         prefix: list[np.ndarray] = []
+        parts: list[tuple[int, ...] | None] = []
         for i, text in enumerate(texts):
-            mine, is_prefix = self.windows(text or "", decode)
+            mine, is_prefix, joined = self.window_plan(text or "", decode)
+            offset = len(windows)
+            parts += [None if p is None else tuple(offset + j for j in p) for p in joined]
             windows += mine
             owner += [i] * len(mine)
             prefix.append(is_prefix)
         if not windows:
             return [], [], np.zeros(0)
-        scores = self.score_windows(windows, embed, np.concatenate(prefix).astype(bool))
+        scores = self.score_windows(windows, embed, np.concatenate(prefix).astype(bool), parts)
         return windows, owner, scores
 
     def explain(self, texts: Sequence[str]) -> list[list[tuple[str, float]]]:

@@ -69,7 +69,7 @@ def guard() -> InjectionGuard:
 def test_the_guard_scores_the_prose_reading_and_the_decoded_one(guard: InjectionGuard) -> None:
     windows = main_windows("Apply ``@a.b(c=1)`` to any function you test.", guard.window_words)
     assert any(CODE_WORD in w for w in windows) and not any("@a.b" in w for w in windows)
-    assert guard.version.endswith("+prose")
+    assert "+prose" in guard.version
 
 
 def test_the_check_leaves_no_prose_blocks_unjudged_and_still_catches_a_planted_instruction(
