@@ -27,7 +27,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from clef_pipelines.assets.failures import redacted_failures
+from clef_pipelines.assets.failures import redacted_failures, store_retries
 from clef_pipelines.assets.metadata import failures_table, quarantine_metadata, totals_metadata
 from clef_pipelines.config import Settings
 from clef_pipelines.ingest import batch_steps, process_memory, stages
@@ -66,6 +66,7 @@ from clef_pipelines.resources.store import VectorStoreResource
 from clef_pipelines.steering import checks
 from clef_pipelines.steering.quarantine import review_commands
 from clef_pipelines.stores.base import VectorStore
+from clef_pipelines.stores.retry import retrying
 
 GROUP = "ingestion"
 #: Prefix of every asset key of this code location (`clef/chunks`, ...).
@@ -228,9 +229,9 @@ def _partial_sync(
 
 def _finish_index_upkeep(settings: Settings, store: VectorStore, collection: str) -> dict[str, Any]:
     """`VectorStore.complete_indexes` under the collection's write lock (reentrant: a CLI
-    run holds it already)."""
+    run holds it already), retried on a store conflict (`stores.retry`)."""
     with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
-        return store.complete_indexes(collection)
+        return retrying(lambda: store.complete_indexes(collection))
 
 
 @dg.asset(
@@ -586,6 +587,7 @@ def embeddings(
     # Only what the sync and its checks read: a first load's inventory is every document.
     ins={"source_documents": dg.AssetIn(metadata={"columns": list(SYNC_INVENTORY_COLUMNS)})},
 )
+@store_retries
 @redacted_failures
 def store_sync(
     context: dg.AssetExecutionContext,
@@ -663,6 +665,7 @@ def store_sync(
         "off the sync so a large load is not held up; until it runs queries search exactly."
     ),
 )
+@store_retries
 @redacted_failures
 def vector_indexes(
     context: dg.AssetExecutionContext,
@@ -683,7 +686,11 @@ def vector_indexes(
     peak_before, rss_before = process_memory.peak_rss_gb(), process_memory.rss_gb()
     process_memory.trim_heap()
     rss_trimmed = process_memory.rss_gb()
-    done = store.build_indexes(collection)
+    # Under the collection's write lock: another source's sync or upkeep committing during the
+    # build made LanceDB refuse one of the two ("Retryable commit conflict ... CreateIndex");
+    # retried on a conflict with a writer that does not take the lock (`stores.retry`).
+    with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
+        done = retrying(lambda: store.build_indexes(collection))
     return dg.MaterializeResult(
         metadata={
             "store": store.kind,
