@@ -85,6 +85,24 @@ def _metadata_value(value: object) -> int | float | str:
     return value if isinstance(value, int | float | str) else str(value)
 
 
+def configured_source(settings: Settings, partition: str):  # noqa: ANN201 (SourceConfig)
+    """The configured source of a run's partition; a partition that names none (added by hand
+    with "Add a partition" in the UI, or left from a source removed from the config) fails the
+    run before any work, in one line that names the configured sources."""
+    names = [s.name for s in settings.sources]
+    if partition in names:
+        return settings.source(partition)
+    raise dg.Failure(
+        description=(
+            f"partition {partition!r} is not a configured source (configured: "
+            f"{', '.join(names) or 'none'}): partitions follow the config's `sources:`; add "
+            "the source there (name and path) and reload the code location, or delete the "
+            "partition (the sensor removes it on its next tick)"
+        ),
+        allow_retries=False,
+    )
+
+
 def _staging(settings, partition: str) -> Path:  # noqa: ANN001
     return settings.data_path / "intermediates" / ".staging" / partition
 
@@ -139,7 +157,7 @@ def source_documents(
 ) -> dg.Output[FrameFile]:
     started = time.perf_counter()
     settings = pipeline_settings.settings
-    source = settings.source(context.partition_key)
+    source = configured_source(settings, context.partition_key)
     # What a run killed in the middle of a step left half-written (one run per source at a
     # time: the run queue and the collection lock see to that).
     shutil.rmtree(_staging(settings, context.partition_key), ignore_errors=True)
