@@ -100,7 +100,7 @@ def test_sigterm_to_ui_stops_every_process_it_started(workspace: Workspace) -> N
             except (httpx.HTTPError, KeyError, TypeError, ValueError):
                 ready = False
             # The webserver answers with the code location's assets, and the daemon runs.
-            if ready and "dagster-daemon" in names:
+            if ready and "dagster._daemon" in names:
                 break
             assert time.monotonic() < deadline, f"the UI did not start: {names}"
             time.sleep(1)
