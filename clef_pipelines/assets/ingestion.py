@@ -30,7 +30,7 @@ from pydantic import Field
 from clef_pipelines.assets.failures import redacted_failures, store_retries
 from clef_pipelines.assets.metadata import failures_table, quarantine_metadata, totals_metadata
 from clef_pipelines.config import Settings
-from clef_pipelines.ingest import batch_steps, process_memory, stages
+from clef_pipelines.ingest import batch_steps, process_memory, progress, stages
 from clef_pipelines.ingest.batches import (
     BATCH,
     BatchWriter,
@@ -708,7 +708,11 @@ def vector_indexes(
     # build made LanceDB refuse one of the two ("Retryable commit conflict ... CreateIndex");
     # retried on a conflict with a writer that does not take the lock (`stores.retry`).
     with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
+        # The run log's heartbeat says the build is alive (`ingest.progress`): rows to index.
+        rows = int(store.index_status(collection).get("rows") or 0)
+        progress.report("index", 0, rows)
         done = retrying(lambda: store.build_indexes(collection))
+        progress.report("index", rows, rows)
     return dg.MaterializeResult(
         metadata={
             "store": store.kind,
