@@ -65,8 +65,8 @@ def _run_rounds(config: str, source: str, rounds: int, barrier: Any, failures: A
     import dagster as dg
 
     from clef_pipelines.jobs.launch import run_config
-    from clef_pipelines.jobs.results import root_message
     from clef_pipelines.jobs.location import build_definitions, build_resources
+    from clef_pipelines.jobs.results import root_message
 
     settings = load_settings(config)
     instance = dg.DagsterInstance.ephemeral()

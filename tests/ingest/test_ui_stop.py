@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -116,9 +117,7 @@ def test_sigterm_to_ui_stops_every_process_it_started(workspace: Workspace) -> N
         assert not left, f"still running 10 s after SIGTERM: {left}"
     finally:
         for pid in _alive(started | {ui.pid}):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         if ui.poll() is None:
             ui.kill()
