@@ -27,10 +27,10 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from clef_pipelines.assets.failures import redacted_failures
+from clef_pipelines.assets.failures import redacted_failures, store_retries
 from clef_pipelines.assets.metadata import failures_table, quarantine_metadata, totals_metadata
 from clef_pipelines.config import Settings
-from clef_pipelines.ingest import batch_steps, process_memory, stages
+from clef_pipelines.ingest import batch_steps, process_memory, progress, stages
 from clef_pipelines.ingest.batches import (
     BATCH,
     BatchWriter,
@@ -66,6 +66,7 @@ from clef_pipelines.resources.store import VectorStoreResource
 from clef_pipelines.steering import checks
 from clef_pipelines.steering.quarantine import review_commands
 from clef_pipelines.stores.base import VectorStore
+from clef_pipelines.stores.retry import retrying
 
 GROUP = "ingestion"
 #: Prefix of every asset key of this code location (`clef/chunks`, ...).
@@ -82,6 +83,24 @@ def _metadata_value(value: object) -> int | float | str:
     if value is None:
         return "none (exact search)"
     return value if isinstance(value, int | float | str) else str(value)
+
+
+def configured_source(settings: Settings, partition: str):  # noqa: ANN201 (SourceConfig)
+    """The configured source of a run's partition; a partition that names none (added by hand
+    with "Add a partition" in the UI, or left from a source removed from the config) fails the
+    run before any work, in one line that names the configured sources."""
+    names = [s.name for s in settings.sources]
+    if partition in names:
+        return settings.source(partition)
+    raise dg.Failure(
+        description=(
+            f"partition {partition!r} is not a configured source (configured: "
+            f"{', '.join(names) or 'none'}): partitions follow the config's `sources:`; add "
+            "the source there (name and path) and reload the code location, or delete the "
+            "partition (the sensor removes it on its next tick)"
+        ),
+        allow_retries=False,
+    )
 
 
 def _staging(settings, partition: str) -> Path:  # noqa: ANN001
@@ -138,7 +157,7 @@ def source_documents(
 ) -> dg.Output[FrameFile]:
     started = time.perf_counter()
     settings = pipeline_settings.settings
-    source = settings.source(context.partition_key)
+    source = configured_source(settings, context.partition_key)
     # What a run killed in the middle of a step left half-written (one run per source at a
     # time: the run queue and the collection lock see to that).
     shutil.rmtree(_staging(settings, context.partition_key), ignore_errors=True)
@@ -228,9 +247,9 @@ def _partial_sync(
 
 def _finish_index_upkeep(settings: Settings, store: VectorStore, collection: str) -> dict[str, Any]:
     """`VectorStore.complete_indexes` under the collection's write lock (reentrant: a CLI
-    run holds it already)."""
+    run holds it already), retried on a store conflict (`stores.retry`)."""
     with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
-        return store.complete_indexes(collection)
+        return retrying(lambda: store.complete_indexes(collection))
 
 
 @dg.asset(
@@ -586,6 +605,7 @@ def embeddings(
     # Only what the sync and its checks read: a first load's inventory is every document.
     ins={"source_documents": dg.AssetIn(metadata={"columns": list(SYNC_INVENTORY_COLUMNS)})},
 )
+@store_retries
 @redacted_failures
 def store_sync(
     context: dg.AssetExecutionContext,
@@ -663,6 +683,7 @@ def store_sync(
         "off the sync so a large load is not held up; until it runs queries search exactly."
     ),
 )
+@store_retries
 @redacted_failures
 def vector_indexes(
     context: dg.AssetExecutionContext,
@@ -683,7 +704,15 @@ def vector_indexes(
     peak_before, rss_before = process_memory.peak_rss_gb(), process_memory.rss_gb()
     process_memory.trim_heap()
     rss_trimmed = process_memory.rss_gb()
-    done = store.build_indexes(collection)
+    # Under the collection's write lock: another source's sync or upkeep committing during the
+    # build made LanceDB refuse one of the two ("Retryable commit conflict ... CreateIndex");
+    # retried on a conflict with a writer that does not take the lock (`stores.retry`).
+    with collection_lock(settings.data_path, collection, timeout_s=settings.ingest_lock_timeout_s):
+        # The run log's heartbeat says the build is alive (`ingest.progress`): rows to index.
+        rows = int(store.index_status(collection).get("rows") or 0)
+        progress.report("index", 0, rows)
+        done = retrying(lambda: store.build_indexes(collection))
+        progress.report("index", rows, rows)
     return dg.MaterializeResult(
         metadata={
             "store": store.kind,

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -660,6 +661,39 @@ def _ui_command(home: Path, port: int) -> tuple[list[str], Path | None]:
     return [*cmd, "-h", "127.0.0.1", "-p", str(port)], None
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+#: How long the UI's processes have to stop on SIGINT before they are killed: within 10 s of
+#: the signal to `ui`, all of them are gone.
+UI_STOP_GRACE_S = 7.0
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = UI_STOP_GRACE_S) -> None:
+    """Stop every process of `proc`'s process group (`dg dev`, its webserver, daemon and code
+    server): SIGINT, which `dg dev` passes on to them, then SIGKILL to whatever of the group is
+    left after `grace_s` seconds (the group outlives its leader while a child still runs)."""
+    group = proc.pid
+    try:
+        os.killpg(group, signal.SIGINT)
+    except ProcessLookupError:
+        proc.poll()
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader, or the group still counts its zombie
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=2)
+
+
 def ui_launch(
     settings: Settings, config: Path | None, port: int
 ) -> tuple[list[str], Path | None, dict[str, str]]:
@@ -707,16 +741,16 @@ def ui(
         f"DAGSTER_HOME={lit(env['DAGSTER_HOME'])}); Ctrl-C stops it"
     )
     # `dagster dev` ignores SIGTERM from a parent script: run it in its own process group and
-    # stop the whole group.
+    # stop the whole group, on Ctrl-C and on SIGTERM or SIGHUP to this process alike (Python
+    # dies of those without running `finally`, which left the webserver, daemon and code
+    # server running).
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, start_new_session=True)
+    previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         proc.wait()
     except KeyboardInterrupt:
         pass
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_process_group(proc)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

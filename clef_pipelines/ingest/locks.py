@@ -2,7 +2,9 @@
 
 LanceDB refuses a second concurrent commit ("commit conflict") and a half-finished sync of one
 run seen by another would mix their plans, so an ingest holds `<data_dir>/locks/<collection>
-.lock` while it writes. A second ingest says that it waits, waits up to `timeout_s`, and then
+.lock` while it writes: the sync and its upkeep, the index step's build, the inventory's
+finishing of upkeep a killed run left. (What still conflicts, a writer that does not take the
+lock, is retried: `stores.retry`.) A second ingest says that it waits, waits up to `timeout_s`, and then
 fails with one line, having written nothing. The lock is an OS file lock (flock): a killed
 holder releases it at once. It serialises processes that share the data folder; stores on a
 server that several machines write to need the server's own concurrency control.

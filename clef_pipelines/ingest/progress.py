@@ -1,7 +1,8 @@
 """In-process progress: every long stage reports (stage, done, total) here; listeners show it.
 
 Stages: `list` (documents found), `parse` (documents), `screen` (blocks judged), `chunk`
-(blocks chunked), `embed` (chunks), `sync` (batches written). `done` counts from the start of
+(blocks chunked), `embed` (chunks), `sync` (batches written), `index` (the collection's rows,
+when the index step builds or refreshes its indexes). `done` counts from the start of
 the stage over every batch of the run, and each stage ends with a report of its totals. The
 CLI draws a bar per stage (`cli.ingest_cmds`); `logged` writes the same figures to a log
 (the Dagster run log) at least every `every_s` seconds and once with the totals, so a long
@@ -45,7 +46,7 @@ def report(stage: str, done: int, total: int) -> None:
 def progress_line(stage: str, done: int, total: int, seconds: float) -> str:
     """`screen: 1,200/4,000 blocks (30/s, 1m33s left)`: what a log line says of a stage."""
     unit = {"list": "documents", "parse": "documents", "screen": "blocks", "chunk": "blocks"}
-    unit |= {"embed": "chunks", "sync": "batches"}
+    unit |= {"embed": "chunks", "sync": "batches", "index": "rows"}
     rate = done / seconds if seconds > 0 else 0.0
     of = f"{done:,}/{total:,}" if total else f"{done:,}"
     parts = [f"{rate:,.0f}/s" if rate else ""]

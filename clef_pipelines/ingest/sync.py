@@ -47,6 +47,7 @@ from clef_pipelines.stores.base import CollectionSpec, FieldType, VectorStore
 
 # Defined beside the stores so the query path need not import this module (and polars).
 from clef_pipelines.stores.manifest import ManifestMismatch, check_manifest  # noqa: F401
+from clef_pipelines.stores.retry import retrying
 
 #: Test-only fault injection: SIGKILL this process after N upsert batches (the "killed run").
 KILL_AFTER_UPSERTS_ENV = "CLEF_PIPELINES_FAULT_KILL_AFTER_UPSERTS"
@@ -523,5 +524,6 @@ def finish_sync(
     )
     store.put_manifest(collection, manifest)
     started = time.perf_counter()
-    report.maintenance = store.maintain(collection) or {}
+    # Idempotent: run again when a writer outside the collection's lock preempted its commit.
+    report.maintenance = retrying(lambda: store.maintain(collection)) or {}
     report.maintenance.setdefault("seconds", round(time.perf_counter() - started, 3))

@@ -114,6 +114,33 @@ def removed_source_message(names: Iterable[str]) -> str:
     )
 
 
+def unknown_partition_message(names: Iterable[str], settings: Settings) -> str:
+    """Why partitions that never named a configured source (one added with "Add a partition"
+    in the UI, say) are removed."""
+    listed = ", ".join(repr(n) for n in names)
+    configured = ", ".join(s.name for s in settings.sources) or "none"
+    return (
+        f"partition(s) {listed} name no configured source (configured: {configured}): removed. "
+        "Partitions follow the config's `sources:`; to ingest a folder or JSONL file, add it "
+        "there (name and path) and reload the code location"
+    )
+
+
+def pruned_partitions(
+    instance: dg.DagsterInstance, names: Iterable[str], settings: Settings
+) -> list[str]:
+    """The log lines for removing `names`: sources that left the config (their partition was
+    ingested: records may be in the store) apart from partitions that never named a source."""
+    names = sorted(names)
+    if not names:
+        return []
+    ingested = set(instance.get_materialized_partitions(asset_key("source_documents")))
+    left = [n for n in names if n in ingested]
+    unknown = [n for n in names if n not in ingested]
+    lines = [removed_source_message(left)] if left else []
+    return lines + ([unknown_partition_message(unknown, settings)] if unknown else [])
+
+
 def reconcile_partitions(instance: dg.DagsterInstance, settings: Settings) -> tuple[list, list]:
     """Make the instance's partitions the configured sources now; returns (added, removed)."""
     added, removed = partition_changes(instance.get_dynamic_partitions(PARTITIONS), settings)
@@ -157,7 +184,7 @@ def _last_signal(instance: dg.DagsterInstance, source: str) -> str | None:
     default_status=dg.DefaultSensorStatus.RUNNING,
     description=(
         "Keeps one partition per configured source (adds new sources, removes sources that "
-        "left the config) and requests an ingestion run when a source's files change (names, "
+        "left the config and partitions that name no configured source, saying why) and requests an ingestion run when a source's files change (names, "
         "sizes, modification times) or the settings that shape its chunks (chunking, "
         "steering, guard weights, embedder) change since its last inventory."
     ),
@@ -197,7 +224,8 @@ def source_change_sensor(
         partition_requests.append(source_partitions.build_add_request(to_add))
     if to_remove:
         partition_requests.append(source_partitions.build_delete_request(to_remove))
-        context.log.warning(removed_source_message(to_remove))
+        for line in pruned_partitions(context.instance, to_remove, settings):
+            context.log.warning(line)
     return dg.SensorResult(
         run_requests=requests,
         cursor=json.dumps({**current, _REQUESTED: requested}, sort_keys=True),
@@ -222,9 +250,12 @@ def build_refresh_schedule(cron: str) -> dg.ScheduleDefinition:
         kept = keep_partitions_reason(settings, registered, context.instance.root_directory)
         if kept or not settings.sources:
             return dg.SkipReason(kept or "no sources configured")
-        _added, removed = reconcile_partitions(context.instance, settings)
-        if removed:
-            context.log.warning(removed_source_message(removed))
+        lines = pruned_partitions(
+            context.instance, partition_changes(registered, settings)[1], settings
+        )
+        reconcile_partitions(context.instance, settings)
+        for line in lines:
+            context.log.warning(line)
         tick = (
             context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else ""
         )

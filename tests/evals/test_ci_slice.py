@@ -36,12 +36,13 @@ from tests.shared_data import SCIFACT, need
 QUERIES = 50
 SLICE_DOCS = 250
 SEED = 11
-# Measured 2026-12-06 (MiniLM, default chunking, the guard off, these 50 queries over this
-# 250-abstract slice; docs/RESULTS.md "CI's slice"): vector nDCG@10 = 0.8627. The floor sits
+# Measured 2026-12-06 (MiniLM, default chunking 40/160/200, the guard off, these 50 queries
+# over this 250-abstract slice; docs/RESULTS.md "CI's slice"): vector nDCG@10 = 0.8859 (0.8627
+# with the earlier 40/180/224, whose chunks could overflow MiniLM's window). The floor sits
 # 0.03 below it. MiniLM is deterministic (vectors differ across CPUs by ~1e-6), so the margin
 # only absorbs small intended changes elsewhere (a chunking or recall tweak moving a few
 # ranks); a broken embedder, chunker or store falls far below it.
-NDCG_FLOOR = 0.83
+NDCG_FLOOR = 0.855
 
 
 def slice_files(scifact: Path) -> dict[str, str]:

@@ -7,6 +7,7 @@ import datetime as dt
 import time
 
 import dagster as dg
+import pytest
 from typer.testing import CliRunner
 
 from clef_pipelines.cli.main import app
@@ -156,3 +157,46 @@ def test_cli_ingest_then_sensor_first_tick_requests_nothing(workspace: Workspace
         first = _evaluate(instance, workspace, None)
         assert first.run_requests == []
         assert not first.dynamic_partitions_requests
+
+
+def test_a_partition_that_names_no_source_is_pruned_with_a_reason_and_its_run_fails_fast(
+    workspace: Workspace, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 57, must-hold 6: "Add a partition" in the UI for a name that is no configured
+    source: the sensor removes it, saying why, and a run launched for it before that fails at
+    its first step, naming the configured sources."""
+    from clef_pipelines.jobs.launch import run_config
+    from clef_pipelines.jobs.location import build_definitions, build_resources
+    from clef_pipelines.jobs.results import root_message
+
+    settings = workspace.settings()
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("sources", ["sample", "typo"])
+        job = build_definitions(settings).resolve_job_def("ingestion_job")
+        result = job.execute_in_process(
+            partition_key="typo",
+            instance=instance,
+            resources=build_resources(settings),
+            raise_on_error=False,
+            run_config=run_config(),
+        )
+        assert not result.success
+        (failure,) = [e for e in result.all_events if e.is_step_failure]
+        assert failure.step_key == "clef__source_documents"  # the first step, before any work
+        message = root_message(failure.step_failure_data.error)  # type: ignore[union-attr]
+        assert "partition 'typo' is not a configured source (configured: sample)" in message
+        assert "\n" not in message.strip()
+        assert not (settings.data_path / "lancedb").exists() or workspace.records() == []
+
+        capfd.readouterr()
+        tick = _evaluate(instance, workspace, None)
+        (delete,) = [
+            r
+            for r in tick.dynamic_partitions_requests
+            if isinstance(r, dg.DeleteDynamicPartitionsRequest)
+        ]
+        assert list(delete.partition_keys) == ["typo"]
+        assert [r.partition_key for r in tick.run_requests] == ["sample"]
+        said = " ".join(capfd.readouterr().err.split())  # the tick's log
+        assert "partition(s) 'typo' name no configured source (configured: sample)" in said
+        assert "left the config" not in said  # it never was a source

@@ -90,6 +90,8 @@ def test_the_run_log_says_each_stages_totals(workspace: Workspace) -> None:
         assert any(re.match(rf"{stage}: (\d+)/\1 {unit}", line) for line in lines), stage
     assert any(re.match(r"embed: (\d+)/\1 chunks", line) for line in lines)
     assert any(line.startswith("sync: 1/1 batches") for line in lines)
+    # The index step too (issue 57): the collection's rows, logged while the build runs.
+    assert any(re.match(r"index: (\d+)/\1 rows", line) for line in lines), lines
 
 
 def test_a_running_stage_is_logged_on_a_heartbeat_then_with_its_totals() -> None:
