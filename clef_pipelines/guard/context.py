@@ -24,7 +24,7 @@ least one other block:
 
 A text with no other block around it (a JSONL record of one paragraph, a query) is judged by
 its score alone. Vectors are computed only for the candidates (a flagged block, a request) and
-their neighbours: a few percent of a corpus.
+their neighbours, nearest first, until one settles the candidate (``judge_in_context``).
 """
 
 from __future__ import annotations
@@ -126,12 +126,6 @@ class ContextVerdict:
     fit: float | None = None
 
 
-def _neighbours(position: int, size: int, reach: int) -> list[int]:
-    return [
-        j for j in range(max(0, position - reach), min(size, position + reach + 1)) if j != position
-    ]
-
-
 def judge_in_context(
     docs: Sequence[str],
     texts: Sequence[str],
@@ -143,30 +137,37 @@ def judge_in_context(
     """Each block's verdict: ``docs[i]`` names the document of ``texts[i]`` (blocks of one
     document in reading order), ``scores[i]`` is the guard's P(injection), None for a block
     the guard does not judge (another language, no prose: a neighbour, never a candidate).
-    ``embed`` gives unit-length vectors (plain MiniLM)."""
+    ``embed`` gives unit-length vectors (plain MiniLM).
+
+    Neighbours are read nearest first, a ring at a time (the blocks one place away, then two,
+    then three), and a candidate stops reading once one neighbour is close enough to settle it
+    (``fit`` for a flagged block, ``request_departure`` for a request): the verdict is the one
+    reading every neighbour gives, since it asks only whether some neighbour is that close, at
+    a third of the MiniLM work on documentation, where a block is usually like the one beside
+    it. A flagged block that ``addresses_ai`` is quarantined whatever its neighbours, so none
+    is read for it. The ``fit`` recorded is the highest similarity among the neighbours read."""
     members: dict[str, list[int]] = {}
     for i, doc in enumerate(docs):
         members.setdefault(doc, []).append(i)
     position = {i: (doc, n) for doc, idx in members.items() for n, i in enumerate(idx)}
-    candidates: list[int] = []
+    bars: dict[int, float] = {}  # candidate -> the similarity that settles it as kept
     for i, p in enumerate(scores):
         if p is None or len(members[docs[i]]) < 2:
             continue
-        if p >= threshold or (cfg.request_departure > 0 and request_form(texts[i])):
-            candidates.append(i)
-    vectors = _vectors(candidates, members, position, texts, cfg.neighbours, embed)
-    judged_here = set(candidates)
+        if p >= threshold:
+            if not addresses_ai(texts[i]):
+                bars[i] = cfg.fit
+        elif cfg.request_departure > 0 and request_form(texts[i]):
+            bars[i] = cfg.request_departure
+    fits = _nearest_fits(bars, members, position, texts, cfg.neighbours, embed)
     out: list[ContextVerdict] = []
     for i, p in enumerate(scores):
         flagged = p is not None and p >= threshold
-        if i not in judged_here:
+        fit = fits.get(i)
+        if fit is None:
             out.append(ContextVerdict(flagged, INSTRUCTS_AI if flagged else None))
-            continue
-        doc, n = position[i]
-        near = [members[doc][j] for j in _neighbours(n, len(members[doc]), cfg.neighbours)]
-        fit = max(float(vectors[i] @ vectors[j]) for j in near)
-        if flagged:
-            keep = fit >= cfg.fit and not addresses_ai(texts[i])
+        elif flagged:
+            keep = fit >= cfg.fit
             out.append(ContextVerdict(not keep, FITS_DOCUMENT if keep else INSTRUCTS_AI, fit))
         elif fit < cfg.request_departure:
             out.append(ContextVerdict(True, OFF_TOPIC_REQUEST, fit))
@@ -175,25 +176,43 @@ def judge_in_context(
     return out
 
 
-def _vectors(
-    candidates: list[int],
+def _nearest_fits(
+    bars: dict[int, float],
     members: dict[str, list[int]],
     position: dict[int, tuple[str, int]],
     texts: Sequence[str],
     reach: int,
     embed,  # type: ignore[no-untyped-def]
-) -> dict[int, np.ndarray]:
-    """Vectors of the candidates and their neighbours, each text embedded once."""
-    wanted: set[int] = set()
-    for i in candidates:
-        doc, n = position[i]
-        wanted.add(i)
-        wanted.update(members[doc][j] for j in _neighbours(n, len(members[doc]), reach))
-    if not wanted:
-        return {}
-    order = sorted(wanted)
-    readings = [prose_reading(texts[i]) or texts[i] for i in order]
-    distinct = list(dict.fromkeys(readings))
-    matrix = np.asarray(embed(distinct), dtype=np.float32)
-    row = {text: k for k, text in enumerate(distinct)}
-    return {i: matrix[row[r]] for i, r in zip(order, readings, strict=True)}
+) -> dict[int, float]:
+    """Each candidate's highest cosine similarity to its neighbours, read a ring at a time
+    until one reaches the candidate's bar (``judge_in_context``); each text embedded once."""
+    vectors: dict[str, np.ndarray] = {}
+
+    def reading(i: int) -> str:
+        return prose_reading(texts[i]) or texts[i]
+
+    def vectors_of(blocks: set[int]) -> None:
+        new = list(dict.fromkeys(r for r in map(reading, sorted(blocks)) if r not in vectors))
+        if new:
+            matrix = np.asarray(embed(new), dtype=np.float32)
+            vectors.update(zip(new, matrix, strict=True))
+
+    best: dict[int, float] = {}
+    open_ = set(bars)
+    for ring in range(1, reach + 1):
+        around: dict[int, list[int]] = {}
+        for i in open_:
+            doc, n = position[i]
+            idx = members[doc]
+            around[i] = [idx[m] for m in (n - ring, n + ring) if 0 <= m < len(idx)]
+        around = {i: near for i, near in around.items() if near}
+        if not around:
+            break
+        vectors_of(set(around) | {j for near in around.values() for j in near})
+        for i, near in around.items():
+            mine = vectors[reading(i)]
+            fit = max(float(mine @ vectors[reading(j)]) for j in near)
+            best[i] = max(best.get(i, fit), fit)
+            if best[i] >= bars[i]:
+                open_.discard(i)
+    return best

@@ -57,6 +57,8 @@ WEIGHTS_PATH = Path(__file__).with_name("weights.npz")
 #: split (no decision changed at 0.01 to 0.2; the lowest sentence score under a composite that
 #: reached the threshold there was 0.18), set well below that.
 COMPOSITE_FLOOR = 0.05
+#: Stage-2 scores kept per process (``InjectionGuard._stage2``): about 10 MB at most.
+STAGE2_MEMO = 65_536
 
 #: Texts -> their MiniLM vectors (n x 384).
 Embed = Callable[[Sequence[str]], np.ndarray]
@@ -357,6 +359,9 @@ class InjectionGuard:
         self.windows_scored = 0
         self.windows_embedded = 0
         self.windows_deferred = 0
+        # (window, is prefix) -> stage-2 score, oldest first (``_stage2``).
+        self._stage2_memo: dict[tuple[str, bool], float] = {}
+        self._memo_lock = threading.Lock()
 
     @property
     def version(self) -> str:
@@ -552,24 +557,39 @@ class InjectionGuard:
         scores: np.ndarray,
         embed: Embed | None,
     ) -> None:
-        """Stage 2 of the ``picked`` windows into ``scores``, each distinct (text, kind)
-        embedded once."""
+        """Stage 2 of the ``picked`` windows into ``scores``: each distinct (text, kind)
+        embedded once, and not again while it is among the last ``STAGE2_MEMO`` read in this
+        process (licence lines, "See also" and notes repeat across a corpus's files and the
+        screen's slices). A window's stage-2 score depends on its text alone."""
         if not picked.size:
             return
         keys = [(windows[i], bool(prefix[i])) for i in picked]
-        distinct = list(dict.fromkeys(keys))
-        row = {key: k for k, key in enumerate(distinct)}
-        is_prefix = np.array([p for _, p in distinct], dtype=bool)
-        texts = [w for w, _ in distinct]
-        vectors = np.asarray(embed(texts) if embed else self.vectors(texts, is_prefix))
-        vectors = vectors[[row[key] for key in keys]]
-        mine = prefix[picked]
-        out = np.empty(picked.size)
-        out[~mine] = self.stage2_probabilities(vectors[~mine], logits[picked][~mine])
-        if mine.any():
-            out[mine] = self.stage2_probabilities(vectors[mine], logits[picked][mine], prefix=True)
-        scores[picked] = out
-        self.windows_embedded += len(distinct)
+        memo = self._stage2_memo if embed is None else {}
+        with self._memo_lock:
+            found = {key: memo[key] for key in keys if key in memo}
+        distinct = [key for key in dict.fromkeys(keys) if key not in found]
+        if distinct:
+            where = {key: k for k, key in enumerate(keys)}
+            at = np.array([where[key] for key in distinct])
+            is_prefix = np.array([p for _, p in distinct], dtype=bool)
+            texts = [w for w, _ in distinct]
+            vectors = np.asarray(embed(texts) if embed else self.vectors(texts, is_prefix))
+            fresh = np.empty(len(distinct))
+            first = logits[picked][at]
+            fresh[~is_prefix] = self.stage2_probabilities(vectors[~is_prefix], first[~is_prefix])
+            if is_prefix.any():
+                fresh[is_prefix] = self.stage2_probabilities(
+                    vectors[is_prefix], first[is_prefix], prefix=True
+                )
+            found.update(zip(distinct, fresh.tolist(), strict=True))
+            if embed is None:
+                with self._memo_lock:
+                    for key in distinct:
+                        memo[key] = found[key]
+                    while len(memo) > STAGE2_MEMO:
+                        memo.pop(next(iter(memo)))
+            self.windows_embedded += len(distinct)
+        scores[picked] = [found[key] for key in keys]
 
     def _window_scores(
         self, texts: Sequence[str], embed: Embed | None = None, decode: bool = True
