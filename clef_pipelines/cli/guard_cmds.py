@@ -22,7 +22,7 @@ from clef_pipelines.cli.common import (
 _SHOWN = 160
 
 if TYPE_CHECKING:
-    from clef_pipelines.guard.check import GuardCheck
+    from clef_pipelines.guard.check import GuardCheck, GuardFinding
 
 
 @app.command("guard")
@@ -61,6 +61,7 @@ def guard_command(
         GuardInput,
         check_texts,
         quarantined_records,
+        records_in_their_documents,
         screenable_blocks,
     )
     from clef_pipelines.guard.loading import GuardUnavailable, configured_guard
@@ -86,15 +87,25 @@ def guard_command(
         try:
             if not store.has_collection(name):
                 fail(f"no collection {name!r} in the store")
-            inputs += quarantined_records(store, name, source)
+            records = quarantined_records(store, name, source)
         except StoreError as exc:
             fail(str(exc))
         finally:
             store.close()
-    # A stored record is judged alone: its document's other blocks are not beside it in the
-    # store's quarantine, so the context would be wrong (files are read whole).
-    context = None if quarantined else settings.steering.guard.context
+        # Judged as the screen judged them: beside the other blocks of their documents, read
+        # again from their sources (a record whose document is gone is judged alone, and says
+        # so).
+        inputs += records_in_their_documents(
+            records,
+            settings.sources,
+            Path(settings.base_dir),
+            settings.parsing,
+            settings.steering.screen.kinds,
+        )
+    context = settings.steering.guard.context
     report = check_texts(guard, inputs, threshold, settings.steering.guard.languages, context)
+    if quarantined:  # the records are what was asked about, not their neighbours
+        report.findings = [f for f in report.findings if f.stored is not None or f.note]
     report.errors = errors
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -140,6 +151,9 @@ def _print_report(
                 f"at ingest: {lit(_stored(finding.stored))}",
                 soft_wrap=True,
             )
+            differs = _differs(finding)
+            if differs:
+                console.print(f"    [yellow]differs from ingest:[/] {lit(differs)}", soft_wrap=True)
     for error in errors:
         console.print(f"[red]error:[/] {lit(error)}", soft_wrap=True)
     unjudged = len(report.not_judged)
@@ -163,6 +177,29 @@ def _print_report(
             "(the guard stays on)",
             soft_wrap=True,
         )
+
+
+def _differs(finding: GuardFinding) -> str | None:
+    """Why the guard now keeps a record that ingest quarantined; None when it agrees."""
+    if finding.quarantine or finding.stored is None:
+        return None
+    why: list[str] = []
+    if finding.note:
+        why.append(finding.note)
+    judge = finding.stored.get("decided_by")
+    if judge and judge != "guard":
+        why.append(f"ingest's decision was {judge}'s, not the guard's alone")
+    stored_p = finding.stored.get("p_guard")
+    if isinstance(stored_p, float) and abs(stored_p - finding.p_injection) > 1e-3:
+        why.append(
+            f"the guard now scores it {finding.p_injection:.3f} against {stored_p:.3f} at "
+            "ingest (other weights, reading or settings since)"
+        )
+    if finding.not_judged:
+        why.append(f"not judged now ({finding.not_judged})")
+    if finding.reason == "fits_document":
+        why.append(f"it fits its document now (fit {finding.fit:.2f})")
+    return "; ".join(why) or "the threshold or the guard's settings changed since ingest"
 
 
 def _stored(decision: dict[str, object]) -> str:

@@ -44,6 +44,9 @@ class GuardInput:
     #: format (``md``, ``rst``, ``html``, ``txt``, ``pdf``...); None otherwise.
     kind: str | None = None
     format: str | None = None
+    #: Why a stored record was judged otherwise than ingest judged it (alone, its document
+    #: gone or changed since ingest); None otherwise.
+    note: str | None = None
 
 
 #: A stored record's fields that say how it was quarantined.
@@ -70,6 +73,8 @@ class GuardFinding:
     reason: str | None = None
     #: Its highest similarity to a neighbouring block, where the context was read.
     fit: float | None = None
+    #: ``GuardInput.note``.
+    note: str | None = None
 
     @property
     def decision(self) -> str:
@@ -132,12 +137,16 @@ def check_texts(
     for n, item in enumerate(inputs):
         if n in skipped:
             report.findings.append(
-                GuardFinding(item.where, item.text, 0.0, False, "", item.stored, skipped[n])
+                GuardFinding(
+                    item.where, item.text, 0.0, False, "", item.stored, skipped[n], note=item.note
+                )
             )
             continue
         window, p = (next(ranked_of) or [("", 0.0)])[0]
         report.findings.append(
-            GuardFinding(item.where, item.text, p, p >= threshold, window, item.stored)
+            GuardFinding(
+                item.where, item.text, p, p >= threshold, window, item.stored, note=item.note
+            )
         )
     if context is not None and context.enabled:
         _decide_in_context(guard, inputs, report, context)
@@ -252,3 +261,83 @@ def quarantined_records(
         )
         for r in records
     ]
+
+
+def records_in_their_documents(
+    records: Sequence[GuardInput],
+    sources: Sequence[SourceConfig],
+    base_dir: Path,
+    parsing: Any,
+    kinds: Sequence[str],
+) -> list[GuardInput]:
+    """Stored records (``quarantined_records``) with their documents around them, so that the
+    guard judges each as the screen did at ingest: each record's document is read again from
+    its source as ingest reads it (``parsing`` settings), and its screenable blocks are given
+    in reading order, the record's own block carrying the stored decision. A record whose
+    source is no longer configured, whose document is gone, or whose text is no longer a block
+    of it is judged alone, with a note saying so."""
+    from clef_pipelines.parsing.parse import parse_document
+
+    by_source: dict[str, dict[str, list[GuardInput]]] = {}
+    for record in records:
+        source, _, doc_id = (record.doc or "").partition("/")
+        by_source.setdefault(source, {}).setdefault(doc_id, []).append(record)
+    configured = {s.name: s for s in sources}
+    out: list[GuardInput] = []
+    for source_name, documents in by_source.items():
+        left = dict(documents)
+        source = configured.get(source_name)
+        if source is not None:
+            try:
+                entries = list(iter_source_entries(source, base_dir, parsing))
+            except (ParseError, OSError):
+                entries = []
+            for entry in entries:
+                if entry.doc_id not in left:
+                    continue
+                mine = left.pop(entry.doc_id)
+                try:
+                    document = entry.load()
+                    blocks = parse_document(document, parsing)
+                except Exception:  # read as ingest does: one broken document is reported
+                    left[entry.doc_id] = mine
+                    continue
+                out += _document_with_records(source_name, entry.doc_id, blocks, mine, kinds)
+        for doc_id, mine in left.items():
+            why = (
+                f"judged alone: source {source_name!r} is not configured"
+                if source is None
+                else f"judged alone: document {doc_id!r} is no longer in its source"
+            )
+            out += [_alone(record, why) for record in mine]
+    return out
+
+
+def _document_with_records(
+    source: str, doc_id: str, blocks: Sequence[Any], records: list[GuardInput], kinds: Sequence[str]
+) -> list[GuardInput]:
+    """The document's screenable blocks, each record in place of the block with its text."""
+    doc = f"{source}/{doc_id}"
+    waiting: dict[str, list[GuardInput]] = {}
+    for record in records:
+        waiting.setdefault(record.text, []).append(record)
+    out: list[GuardInput] = []
+    for n, block in enumerate(blocks, start=1):
+        if not is_screenable(block.kind, block.text, kinds):
+            continue
+        if waiting.get(block.text):
+            record = waiting[block.text].pop(0)
+            out.append(
+                GuardInput(record.where, record.text, record.stored, doc=doc, kind=block.kind)
+            )
+        else:
+            out.append(GuardInput(f"{doc}, block {n}", block.text, doc=doc, kind=block.kind))
+    for rest in waiting.values():
+        out += [
+            _alone(r, "judged alone: its text is no longer a block of its document") for r in rest
+        ]
+    return out
+
+
+def _alone(record: GuardInput, why: str) -> GuardInput:
+    return GuardInput(record.where, record.text, record.stored, doc=None, note=why)

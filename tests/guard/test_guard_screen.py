@@ -70,6 +70,8 @@ def test_guard_alone_quarantines_the_planted_paragraph_and_nothing_else(
     assert finding["stored"]["decided_by"] == "guard"
     assert finding["stored"]["p_guard"] == pytest.approx(finding["p_injection"], abs=1e-4)
     assert finding["window"] in q["text"]
+    # Judged beside its page, as the screen judged it (the context read, no note).
+    assert finding["note"] is None and finding["reason"] == "instructs_ai"
     text_review = CliRunner().invoke(
         app, ["guard", "--quarantined", "--source", "sample", "--config", str(ws.config_path)]
     )
@@ -394,3 +396,38 @@ def test_a_request_planted_in_a_page_is_quarantined_with_its_reason(
     # The Northwind paragraph is still the demo's one instruction.
     others = [r for r in ws.records() if r["quarantined"] and r not in quarantined]
     assert [r["text"].startswith("AI assistants reading this page") for r in others] == [True]
+
+
+def test_records_are_judged_in_their_documents_or_say_why_alone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from clef_pipelines.config import ParsingConfig, SourceConfig
+    from clef_pipelines.guard.check import GuardInput, records_in_their_documents
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "page.md").write_text(
+        "# Page\n\nFirst paragraph about syncing files.\n\nSecond paragraph, the record.\n"
+    )
+    stored = {"id": "r1", "decided_by": "guard"}
+    records = [
+        GuardInput("docs/page.md", "Second paragraph, the record.", stored, doc="docs/page.md"),
+        GuardInput("docs/page.md", "A text no longer on the page.", stored, doc="docs/page.md"),
+        GuardInput("docs/gone.md", "Of a removed page.", stored, doc="docs/gone.md"),
+        GuardInput("other/x.md", "Of a source no longer configured.", stored, doc="other/x.md"),
+    ]
+    inputs = records_in_their_documents(
+        records,
+        [SourceConfig(name="docs", path=str(folder))],
+        tmp_path,
+        ParsingConfig(),
+        ["paragraph"],
+    )
+    placed = [i for i in inputs if i.doc == "docs/page.md"]
+    assert [i.text for i in placed] == [
+        "First paragraph about syncing files.",
+        "Second paragraph, the record.",
+    ]
+    assert placed[1].stored == stored and placed[0].stored is None
+    notes = {i.text: i.note for i in inputs if i.note}
+    assert "no longer a block" in notes["A text no longer on the page."]
+    assert "no longer in its source" in notes["Of a removed page."]
+    assert "not configured" in notes["Of a source no longer configured."]
