@@ -11,10 +11,16 @@ set by `batching.batch_documents`, not by the size of the source. A refresh read
 only the batches that hold changed or removed documents.
 
 Every asset key carries the prefix `clef` so the location can sit beside others in one
-workspace. The steps after the inventory have optional outputs: when a source has nothing to
-parse or delete, `parsed_blocks` emits nothing and Dagster skips everything downstream, so a
-no-change run neither overwrites intermediates with empty frames nor materialises zeros; the
-latest materialisations keep describing the data as it is.
+workspace. Every asset materialises on every run, however it was launched (the job, an asset
+backfill from the UI, the sensor, the schedule, the CLI): a run where nothing changed hands an
+empty change from step to step and each step says so (`changed: false`), so the partition is
+up to date in the catalog and an asset backfill of unchanged sources ends green.
+
+What each asset holds: `source_documents` is the source's whole inventory, `store_sync` and
+`vector_indexes` the source's whole state in the store; the Parquet intermediates in between
+(`parsed_blocks` to `embeddings`) hold the last run's change (the new and changed documents;
+empty when nothing changed), and their metadata says so beside the whole-state counts
+(`state/documents`, `store/chunks`, ...).
 """
 
 import shutil
@@ -74,8 +80,6 @@ source_partitions = dg.DynamicPartitionsDefinition(name="sources")
 
 _BASE = {"partitions_def": source_partitions, "group_name": GROUP, "key_prefix": [ASSET_PREFIX]}
 _COMMON = {**_BASE, "io_manager_key": "parquet_io"}
-# The steps after the inventory emit nothing when the source has nothing to change.
-_OPTIONAL = {**_COMMON, "output_required": False}
 
 
 def _metadata_value(value: object) -> int | float | str:
@@ -98,6 +102,37 @@ def _batch_metadata(batches: FrameBatches, inventory_batches: int | None = None)
     if inventory_batches is not None:
         done["batches"] = inventory_batches
     return done
+
+
+#: What a delta intermediate holds, in its metadata (`holds`) and description.
+DELTA = (
+    "This run's change only: the new and changed documents of the source (empty when nothing "
+    "changed). The source's whole state is `store_sync` (and `state/...`, `store/...` here)."
+)
+
+
+def _state_beside(context: dg.AssetExecutionContext, rows: int) -> dict[str, Any]:
+    """Beside a delta intermediate's row count: that it holds this run's change, and the
+    source's whole-state counts as this run's inventory found them (documents listed; what
+    the store held for the source as the run started)."""
+    facts: dict[str, Any] = {"holds": "this run's change", "changed": rows > 0}
+    result = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=asset_key("source_documents"), asset_partitions=[context.partition_key]
+        ),
+        limit=1,
+    )
+    for record in result.records:
+        mat = record.asset_materialization
+        if mat is None:
+            continue
+        meta = mat.metadata
+        if "documents" in meta:
+            facts["state/documents"] = meta["documents"]
+        for name in ("store/documents", "store/chunks", "store/records", "store/quarantined"):
+            if name in meta:
+                facts[name] = meta[name]
+    return facts
 
 
 def asset_key(name: str) -> dg.AssetKey:
@@ -189,6 +224,9 @@ def source_documents(
             # reads and writes (those holding a new, changed or removed document).
             "batches": batches,
             "batches_to_process": changed_batches,
+            # Whether this run changes anything (False: every later step passes an empty
+            # change on and says so).
+            "changed": changed_batches > 0,
             **{f"documents_{k}": v for k, v in counts.items()},
             "failed_documents": failures_table(failed),
             # What the store holds for the source as the run starts (the state, beside the
@@ -234,12 +272,13 @@ def _finish_index_upkeep(settings: Settings, store: VectorStore, collection: str
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Structural blocks (heading, paragraph, list item, table, code, quote) of the new and "
-        "changed documents of a source, with heading paths and character offsets."
-    ),
+        "changed documents of a source, with heading paths and character offsets. "
+    )
+    + DELTA,
 )
 @redacted_failures
 def parsed_blocks(
@@ -249,15 +288,24 @@ def parsed_blocks(
     source_documents: pl.DataFrame,
 ) -> Iterator[dg.Output[FrameBatches]]:
     started = time.perf_counter()
-    if not source_documents.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED])).height:
-        # Nothing to parse, store or delete: yield nothing, so every later step is skipped and
-        # the assets keep their last materialisation (which still describes the data).
-        context.log.info("nothing changed in this source: later steps are skipped")
-        return
     settings = pipeline_settings.settings
+    out = _writer(context, settings, "parsed_blocks")
+    if not source_documents.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED])).height:
+        # Nothing to parse, store or delete: an empty change goes on, so every later step
+        # materialises too, says nothing changed, and the partition is up to date.
+        context.log.info("nothing changed in this source: every step passes an empty change on")
+        yield dg.Output(
+            out.finish(),
+            metadata={
+                **_state_beside(context, 0),
+                "documents_parsed": 0,
+                "documents_skipped_unchanged": source_documents.height,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
+        return
     source = settings.source(context.partition_key)
     fingerprint = pipeline_fingerprint(settings, embedder.get().name)
-    out = _writer(context, settings, "parsed_blocks")
     stats, failures = stages.parse_source_batches(
         settings, source, source_documents, fingerprint, out
     )
@@ -267,6 +315,7 @@ def parsed_blocks(
     yield dg.Output(
         blocks,
         metadata={
+            **_state_beside(context, blocks.rows()),
             "documents_parsed": stats.documents,
             "documents_skipped_unchanged": source_documents.filter(
                 pl.col("status") == "unchanged"
@@ -296,14 +345,15 @@ def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Parsed blocks with the paragraph-screen decision of each: keep, drop (boilerplate, "
         "P >= steering.screen.drop_boilerplate_at) or quarantine (instructions aimed at an AI: "
         "the offline guard, and Clef when a backend is configured). Both judges' probabilities "
-        "(p_boilerplate, p_instructs_ai, p_guard), decision, screen_action and decided_by."
-    ),
+        "(p_boilerplate, p_instructs_ai, p_guard), decision, screen_action and decided_by. "
+    )
+    + DELTA,
     check_specs=[
         _spec(
             "screen_rates_within_bounds",
@@ -338,6 +388,7 @@ def screened_paragraphs(
     return dg.MaterializeResult(
         value=screened_batches,
         metadata={
+            **_state_beside(context, screened_batches.rows()),
             "blocks": sum(done.actions.values()),
             "screened": report.screened,
             "actions": dg.MetadataValue.json(dict(sorted(done.actions.items()))),
@@ -383,13 +434,14 @@ def screened_paragraphs(
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Chunks of the new and changed documents: `text` for the LLM, `embed_text` (title, "
         "section path, text) for the embedder, deterministic ids and full provenance. Each "
-        "quarantined paragraph is a record of its own (`quarantined`)."
-    ),
+        "quarantined paragraph is a record of its own (`quarantined`). "
+    )
+    + DELTA,
     check_specs=[
         _spec("chunks_within_max_tokens", "chunks", "No retrievable chunk over max_tokens.")
     ],
@@ -436,6 +488,7 @@ def chunks(
         value=chunk_batches,
         check_results=[_check("chunks_within_max_tokens", done.sizes)],
         metadata={
+            **_state_beside(context, chunk_batches.rows()),
             **extra,
             "quarantined_records": done.quarantined,
             "chunker": settings.chunking.strategy,
@@ -454,15 +507,16 @@ def chunks(
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Chunks with their Clef enrichment: quality probabilities (q_low_information, "
         "q_boilerplate, q_instructs_ai, q_self_contained; drop and quarantine by "
         "steering.enrich thresholds), taxonomy tags (tag_<field>, p_tag_<field>) and custom "
         "answers (x_<name>). Chunks pass unchanged when Clef is off; failed ones carry "
-        "needs_reenrich."
-    ),
+        "needs_reenrich. "
+    )
+    + DELTA,
     check_specs=[
         _spec(
             "enrichment_drop_rate_within_bounds",
@@ -486,6 +540,7 @@ def enrichments(
     return dg.MaterializeResult(
         value=enriched_batches,
         metadata={
+            **_state_beside(context, enriched_batches.rows()),
             "chunks": done.chunks_out,
             "enrich": report.mode,
             "asked": report.asked,
@@ -514,12 +569,13 @@ def enrichments(
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Chunk vectors. Only chunks whose id (a hash of the embedded text) is not already in "
-        "the store are embedded; the rest reuse their stored vector."
-    ),
+        "the store are embedded; the rest reuse their stored vector. "
+    )
+    + DELTA,
     check_specs=[_spec("every_chunk_embedded", "embeddings", "Every chunk has a finite vector.")],
 )
 @redacted_failures
@@ -549,6 +605,7 @@ def embeddings(
         value=embedded_batches,
         check_results=[_check("every_chunk_embedded", done.embedded)],
         metadata={
+            **_state_beside(context, embedded_batches.rows()),
             "embedder": emb.name,
             "dimension": emb.dimension if stats.chunks else 0,
             "chunks": stats.chunks,
@@ -627,6 +684,7 @@ def store_sync(
             "dagster/row_count": dg.MetadataValue.int(totals.records),
             **totals_metadata(totals),
             # ... and what this run changed.
+            "changed": bool(report.upserted or report.deleted_stale or report.deleted_removed),
             "store": store.kind,
             "collection": collection,
             "upserted": report.upserted,

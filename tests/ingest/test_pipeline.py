@@ -13,6 +13,17 @@ import pytest
 
 from clef_pipelines.ingest.sync import KILL_AFTER_UPSERTS_ENV
 from clef_pipelines.records import RECORD_FIELDS
+
+ASSETS = (
+    "source_documents",
+    "parsed_blocks",
+    "screened_paragraphs",
+    "chunks",
+    "enrichments",
+    "embeddings",
+    "store_sync",
+    "vector_indexes",
+)
 from tests.ingest.conftest import Workspace, make_workspace
 
 INGESTION_ASSETS = {
@@ -118,8 +129,10 @@ def test_rerun_without_changes_embeds_and_writes_nothing(workspace: Workspace) -
     assert again.success
     assert again.assets["source_documents"]["documents_unchanged"] > 0
     assert again.assets["source_documents"]["documents_new"] == 0
-    # Nothing to change: only the inventory materialises; every later step is skipped.
-    assert set(again.assets) == {"source_documents"}
+    # Nothing to change: every step materialises (the partition is up to date), passes an
+    # empty change on and says so.
+    assert set(again.assets) == set(ASSETS)
+    assert all(again.assets[name]["changed"] is False for name in ASSETS if name != "vector_indexes")
     store = workspace.store()
     assert store.get_manifest("docs") == manifest_before  # not even the manifest was rewritten
     store.close()
@@ -237,7 +250,8 @@ def test_killed_sync_converges_on_rerun(tmp_path: Path, monkeypatch: pytest.Monk
     assert len(ids) == len(set(ids)), "duplicates after repair"
     assert {(r["id"], r["doc_id"]) for r in records} == expected
     (settled,) = ws.ingest()
-    assert "store_sync" not in settled.assets  # nothing left to repair: the sync is skipped
+    # Nothing left to repair: the sync materialises and says it changed nothing.
+    assert settled.assets["store_sync"]["changed"] is False
 
 
 def test_embedder_change_is_refused(workspace: Workspace) -> None:
