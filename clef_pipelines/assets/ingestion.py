@@ -25,6 +25,7 @@ empty when nothing changed), and their metadata says so beside the whole-state c
 
 import shutil
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from clef_pipelines.assets.check_state import standing
 from clef_pipelines.assets.failures import redacted_failures
 from clef_pipelines.assets.metadata import failures_table, quarantine_metadata, totals_metadata
 from clef_pipelines.config import Settings
@@ -341,7 +343,13 @@ def _check(
 
 
 def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
-    return dg.AssetCheckSpec(name, asset=asset_key(asset), description=description)
+    # Recorded per source (partition), like the standalone checks (`assets.checks`);
+    # partitioned checks are a preview in Dagster 1.13: not warned on every import.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return dg.AssetCheckSpec(
+            name, asset=asset_key(asset), description=description, partitions_def=source_partitions
+        )
 
 
 @dg.asset(
@@ -354,12 +362,9 @@ def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
         "(p_boilerplate, p_instructs_ai, p_guard), decision, screen_action and decided_by. "
     )
     + DELTA,
+    # The screen's other checks are standalone (`assets.checks`); this one needs the screen's
+    # report (what the guard left to Clef, by reason), which only the step has.
     check_specs=[
-        _spec(
-            "screen_rates_within_bounds",
-            "screened_paragraphs",
-            "Quarantine and drop rates of the partition within steering.checks bounds.",
-        ),
         _spec(
             "guard_coverage",
             "screened_paragraphs",
@@ -419,15 +424,13 @@ def screened_paragraphs(
         },
         check_results=[
             _check(
-                "screen_rates_within_bounds",
-                checks.screen_rates_of(
-                    done.judged, settings.steering.checks, quarantine["top_documents"]
-                ),
-            ),
-            _check(
                 "guard_coverage",
                 checks.guard_coverage(report.guard_not_judged, report.clef, report.screened),
                 severity=dg.AssetCheckSeverity.WARN,
+            )
+            if parsed_blocks.rows()
+            else standing(
+                context, dg.AssetCheckKey(asset_key("screened_paragraphs"), "guard_coverage")
             ),
         ],
     )
@@ -442,9 +445,6 @@ def screened_paragraphs(
         "quarantined paragraph is a record of its own (`quarantined`). "
     )
     + DELTA,
-    check_specs=[
-        _spec("chunks_within_max_tokens", "chunks", "No retrievable chunk over max_tokens.")
-    ],
 )
 @redacted_failures
 def chunks(
@@ -486,7 +486,6 @@ def chunks(
     chunk_batches = out.finish()
     return dg.MaterializeResult(
         value=chunk_batches,
-        check_results=[_check("chunks_within_max_tokens", done.sizes)],
         metadata={
             **_state_beside(context, chunk_batches.rows()),
             **extra,
@@ -517,13 +516,6 @@ def chunks(
         "needs_reenrich. "
     )
     + DELTA,
-    check_specs=[
-        _spec(
-            "enrichment_drop_rate_within_bounds",
-            "enrichments",
-            "Share of chunks the enrichment dropped within steering.checks.max_drop_rate.",
-        )
-    ],
 )
 @redacted_failures
 def enrichments(
@@ -557,14 +549,6 @@ def enrichments(
             **_batch_metadata(enriched_batches),
             "seconds": report.seconds,
         },
-        check_results=[
-            _check(
-                "enrichment_drop_rate_within_bounds",
-                checks.enrichment_drop_rate(
-                    done.chunks_in, done.chunks_out, settings.steering.checks
-                ),
-            )
-        ],
     )
 
 
@@ -576,7 +560,6 @@ def enrichments(
         "the store are embedded; the rest reuse their stored vector. "
     )
     + DELTA,
-    check_specs=[_spec("every_chunk_embedded", "embeddings", "Every chunk has a finite vector.")],
 )
 @redacted_failures
 def embeddings(
@@ -603,7 +586,6 @@ def embeddings(
     embedded_batches = out.finish()
     return dg.MaterializeResult(
         value=embedded_batches,
-        check_results=[_check("every_chunk_embedded", done.embedded)],
         metadata={
             **_state_beside(context, embedded_batches.rows()),
             "embedder": emb.name,
@@ -627,19 +609,6 @@ def embeddings(
         "The source's records in the vector store: new and changed chunks upserted, stale and "
         "removed ones deleted, the collection manifest written. Other sources are untouched."
     ),
-    check_specs=[
-        _spec(
-            "no_removed_documents_stored",
-            "store_sync",
-            "The store holds no record of a document the source no longer has.",
-        ),
-        _spec(
-            "queries_never_return_quarantined",
-            "store_sync",
-            "Querying with each quarantined record's own vector never returns a quarantined "
-            "record.",
-        ),
-    ],
     # Only what the sync and its checks read: a first load's inventory is every document.
     ins={"source_documents": dg.AssetIn(metadata={"columns": list(SYNC_INVENTORY_COLUMNS)})},
 )
@@ -698,16 +667,6 @@ def store_sync(
             "batches_synced": done.batches,
             "seconds": round(time.perf_counter() - started, 3),
         },
-        check_results=[
-            _check(
-                "no_removed_documents_stored",
-                checks.no_removed_documents(store, collection, source.name, source_documents),
-            ),
-            _check(
-                "queries_never_return_quarantined",
-                checks.quarantine_hidden(store, collection, source.name),
-            ),
-        ],
     )
 
 

@@ -17,6 +17,7 @@ limit_malloc_arenas()
 
 import dagster as dg
 
+from clef_pipelines.assets.checks import ingestion_checks
 from clef_pipelines.assets.evaluation import evaluation_assets
 from clef_pipelines.assets.ingestion import ingestion_assets
 from clef_pipelines.config import Settings
@@ -51,6 +52,7 @@ def build_resources(
 def build_definitions(settings: Settings) -> dg.Definitions:
     return dg.Definitions(
         assets=[*ingestion_assets, *evaluation_assets],
+        asset_checks=ingestion_checks,
         jobs=[ingestion_job, eval_job],
         sensors=[source_change_sensor],
         schedules=[build_refresh_schedule(settings.refresh_cron)],
