@@ -67,6 +67,7 @@ from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
 from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, SyncReport, check_manifest
 from clef_pipelines.ingest.totals import source_totals
+from clef_pipelines.records import PIPELINE_VERSION
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.settings import PipelineSettings
@@ -80,7 +81,17 @@ GROUP = "ingestion"
 ASSET_PREFIX = "clef"
 source_partitions = dg.DynamicPartitionsDefinition(name="sources")
 
-_BASE = {"partitions_def": source_partitions, "group_name": GROUP, "key_prefix": [ASSET_PREFIX]}
+#: Who answers for these assets (shown in the catalog, filterable there).
+OWNERS = ["team:clef-pipelines"]
+_BASE = {
+    "partitions_def": source_partitions,
+    "group_name": GROUP,
+    "key_prefix": [ASSET_PREFIX],
+    "owners": OWNERS,
+    # The records' pipeline version: a new one changes every document's chunks (it is part of
+    # each document's hash), and the catalog marks the assets' code as changed.
+    "code_version": PIPELINE_VERSION,
+}
 _COMMON = {**_BASE, "io_manager_key": "parquet_io"}
 
 

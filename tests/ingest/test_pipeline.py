@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from clef_pipelines.ingest.sync import KILL_AFTER_UPSERTS_ENV
-from clef_pipelines.records import RECORD_FIELDS
+from clef_pipelines.records import PIPELINE_VERSION, RECORD_FIELDS
 
 ASSETS = (
     "source_documents",
@@ -50,9 +50,12 @@ def test_definitions_load_with_described_grouped_assets() -> None:
         assert key.path[0] == "clef", f"{key} lacks the location's key prefix"
         assert node.kinds, f"{key} has no kinds"
         assert node.description and len(node.description) > 40
+        assert node.owners, f"{key} has no owners"
         if key.path[-1] in INGESTION_ASSETS:  # other groups (evaluation) have their own
             assert node.group_name == "ingestion"
             assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)
+            # The records' pipeline version is the assets' code version.
+            assert node.code_version == PIPELINE_VERSION
     checks = {f"{k.asset_key.path[-1]}:{k.name}" for k in graph.asset_check_keys}
     assert {
         "screened_paragraphs:screen_rates_within_bounds",
