@@ -67,6 +67,7 @@ from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
 from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, SyncReport, check_manifest
 from clef_pipelines.ingest.totals import source_totals
+from clef_pipelines.jobs.source_runs import wait_for_source
 from clef_pipelines.records import PIPELINE_VERSION
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
@@ -187,8 +188,17 @@ def source_documents(
     started = time.perf_counter()
     settings = pipeline_settings.settings
     source = settings.source(context.partition_key)
+    # One run per source at a time, however the run was launched and whatever the instance's
+    # run queue limits (`jobs.source_runs`): an older run of the source finishes first.
+    wait_for_source(
+        context.instance,
+        source.name,
+        timeout_s=settings.ingest_lock_timeout_s,
+        on_wait=context.log.info,
+        run_id=context.run_id,
+    )
     # What a run killed in the middle of a step left half-written (one run per source at a
-    # time: the run queue and the collection lock see to that).
+    # time: the wait above, the run queue and the collection lock see to that).
     shutil.rmtree(_staging(settings, context.partition_key), ignore_errors=True)
     collection = settings.collection_of(source)
     store = vector_store.get()

@@ -66,9 +66,10 @@ def test_no_change_run_materialises_every_asset_and_says_what_each_holds(
         assert meta["store/chunks"] == stored, name
     # The sync and the index describe the whole state, not the empty change.
     assert again.assets["store_sync"]["changed"] is False
-    assert again.assets["store_sync"]["dagster/row_count"] == first.assets["store_sync"][
-        "dagster/row_count"
-    ]
+    assert (
+        again.assets["store_sync"]["dagster/row_count"]
+        == first.assets["store_sync"]["dagster/row_count"]
+    )
     assert "vector_index" in again.assets["vector_indexes"]
     with dg.DagsterInstance.get() as instance:
         schema = instance.get_latest_materialization_event(dg.AssetKey(["clef", "chunks"]))

@@ -135,7 +135,9 @@ def test_rerun_without_changes_embeds_and_writes_nothing(workspace: Workspace) -
     # Nothing to change: every step materialises (the partition is up to date), passes an
     # empty change on and says so.
     assert set(again.assets) == set(ASSETS)
-    assert all(again.assets[name]["changed"] is False for name in ASSETS if name != "vector_indexes")
+    assert all(
+        again.assets[name]["changed"] is False for name in ASSETS if name != "vector_indexes"
+    )
     store = workspace.store()
     assert store.get_manifest("docs") == manifest_before  # not even the manifest was rewritten
     store.close()
