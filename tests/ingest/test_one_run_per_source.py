@@ -62,3 +62,26 @@ def test_a_run_of_a_source_waits_for_an_older_one_whatever_launched_it(
         (result,) = results
         assert result.success
         assert result.get_asset_materialization_events()
+
+
+def test_resources_show_their_settings_and_a_launch_may_set_them(workspace: Workspace) -> None:
+    settings = workspace.settings()
+    resources = build_resources(settings)
+    store = resources["vector_store"]
+    assert store.kind == "lancedb"  # type: ignore[union-attr]
+    assert store.location == str(settings.data_path / "lancedb")  # type: ignore[union-attr]
+    assert (resources["embedder"].kind, resources["embedder"].dimension) == ("hash", 64)  # type: ignore[union-attr]
+    assert resources["clef"].backend == settings.clef.backend  # type: ignore[union-attr]
+    # Set at launch, a field is what the run uses.
+    elsewhere = workspace.root / "elsewhere"
+    moved = type(store)(settings=store.settings, kind="lancedb", location=str(elsewhere))  # type: ignore[union-attr,call-arg]
+    try:
+        assert not moved.get().has_collection("docs")  # another, empty folder
+        assert elsewhere.exists()
+    finally:
+        moved.teardown_after_execution(None)  # type: ignore[arg-type]
+    from clef_pipelines.stores.factory import lancedb_path, with_location
+
+    assert lancedb_path(with_location(settings.store, "", str(elsewhere)), settings.data_path) == (
+        elsewhere
+    )

@@ -85,3 +85,20 @@ def test_no_change_asset_backfill_from_the_ui_ends_green(workspace: Workspace) -
             if e["label"] == "changed"
         }
         assert changed and not any(changed.values()), changed
+
+        # The resources show the settings they use as typed fields (no JSON string).
+        resources = gql(
+            port,
+            """query($r: RepositorySelector!) { allTopLevelResourceDetailsOrError(
+                 repositorySelector: $r) { ... on ResourceDetailsList { results {
+                   name configuredValues { key value type } } } } }""",
+            r={"repositoryLocationName": "clef_pipelines", "repositoryName": "__repository__"},
+        )["allTopLevelResourceDetailsOrError"]["results"]
+        shown = {
+            r["name"]: {v["key"]: v["value"] for v in r["configuredValues"]} for r in resources
+        }
+        settings = workspace.settings()
+        assert shown["vector_store"]["kind"] == '"lancedb"'
+        assert str(settings.data_path / "lancedb") in shown["vector_store"]["location"]
+        assert shown["embedder"]["kind"] == '"hash"' and shown["embedder"]["dimension"] == "64"
+        assert "backend" in shown["clef"]
