@@ -35,6 +35,21 @@ def _wait_for_backfill(port: int, backfill_id: str, timeout_s: float = 400) -> d
         time.sleep(1)
 
 
+def _wait_for_run(port: int, run_id: str, timeout_s: float = 300) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = gql(
+            port,
+            """query($id: ID!) { runOrError(runId: $id) { ... on Run { runId status
+                 assetMaterializations { assetKey { path } } } } }""",
+            id=run_id,
+        )["runOrError"]
+        if run["status"] in {"SUCCESS", "FAILURE", "CANCELED"}:
+            return run
+        assert time.monotonic() < deadline, run
+        time.sleep(1)
+
+
 def test_no_change_asset_backfill_from_the_ui_ends_green(workspace: Workspace) -> None:
     (first,) = workspace.ingest()  # the CLI's run: the source is in the store, nothing to do
     assert first.success, first.error
@@ -85,6 +100,29 @@ def test_no_change_asset_backfill_from_the_ui_ends_green(workspace: Workspace) -
             if e["label"] == "changed"
         }
         assert changed and not any(changed.values()), changed
+
+        # A check runs alone for one partition, as the UI's "Execute" on a check launches it.
+        check = {"assetKey": {"path": ["clef", "embeddings"]}, "name": "every_chunk_embedded"}
+        launched = gql(
+            port,
+            """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
+                 __typename ... on LaunchRunSuccess { run { runId } }
+                 ... on PythonError { message } } }""",
+            p={
+                "selector": {
+                    "repositoryLocationName": "clef_pipelines",
+                    "repositoryName": "__repository__",
+                    "pipelineName": "__ASSET_JOB",
+                    "assetSelection": [],
+                    "assetCheckSelection": [check],
+                },
+                "executionMetadata": {"tags": [{"key": "dagster/partition", "value": "sample"}]},
+            },
+        )["launchRun"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched
+        alone = _wait_for_run(port, launched["run"]["runId"])
+        assert alone["status"] == "SUCCESS", alone
+        assert alone["assetMaterializations"] == []  # the check alone: no asset ran
 
         # The resources show the settings they use as typed fields (no JSON string).
         resources = gql(
