@@ -25,6 +25,7 @@ import dagster as dg
 import polars as pl
 
 from clef_pipelines.assets.check_state import standing
+from clef_pipelines.assets.failures import redacted_failures
 from clef_pipelines.assets.ingestion import asset_key, source_partitions
 from clef_pipelines.ingest.batches import FrameBatches
 from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS
@@ -54,7 +55,8 @@ def _check(
         # Partitioned checks are a preview in Dagster 1.13: not warned on every import.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", dg.PreviewWarning)
-            return decorate(fn)
+            # A failed check's error is redacted like an asset's (`assets.failures`).
+            return decorate(redacted_failures(fn))
 
     return apply
 

@@ -224,7 +224,7 @@ def source_documents(
     ].n_unique()
     counts = status_counts(inventory)
     failed = inventory.filter(pl.col("status") == FAILED)
-    # Nothing to write: the later steps are skipped, so index upkeep an earlier run left
+    # Nothing to write: the sync's upkeep will not run, so index upkeep an earlier run left
     # unfinished (killed, or out of disk, during it) is found and finished here.
     upkeep = (
         _finish_index_upkeep(settings, store, collection)
