@@ -13,17 +13,6 @@ import pytest
 
 from clef_pipelines.ingest.sync import KILL_AFTER_UPSERTS_ENV
 from clef_pipelines.records import PIPELINE_VERSION, RECORD_FIELDS
-
-ASSETS = (
-    "source_documents",
-    "parsed_blocks",
-    "screened_paragraphs",
-    "chunks",
-    "enrichments",
-    "embeddings",
-    "store_sync",
-    "vector_indexes",
-)
 from tests.ingest.conftest import Workspace, make_workspace
 
 INGESTION_ASSETS = {
@@ -134,9 +123,11 @@ def test_rerun_without_changes_embeds_and_writes_nothing(workspace: Workspace) -
     assert again.assets["source_documents"]["documents_new"] == 0
     # Nothing to change: every step materialises (the partition is up to date), passes an
     # empty change on and says so.
-    assert set(again.assets) == set(ASSETS)
+    assert set(again.assets) == INGESTION_ASSETS
     assert all(
-        again.assets[name]["changed"] is False for name in ASSETS if name != "vector_indexes"
+        again.assets[name]["changed"] is False
+        for name in INGESTION_ASSETS
+        if name != "vector_indexes"
     )
     store = workspace.store()
     assert store.get_manifest("docs") == manifest_before  # not even the manifest was rewritten
