@@ -74,7 +74,8 @@ def test_no_change_run_materialises_every_asset_and_says_what_each_holds(
     with dg.DagsterInstance.get() as instance:
         schema = instance.get_latest_materialization_event(dg.AssetKey(["clef", "chunks"]))
         columns = schema.asset_materialization.metadata["dagster/column_schema"].value  # type: ignore[union-attr]
-        assert columns is not None
+        # An empty change keeps the columns: the schema still says what a step reads.
+        assert "embed_text" in {c.name for c in columns.columns}
         assert instance.get_runs()[0].tags["dagster/partition"] == "sample"
 
 
