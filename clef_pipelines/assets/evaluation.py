@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 
 from clef_pipelines.assets.failures import redacted_failures
-from clef_pipelines.assets.ingestion import ASSET_PREFIX, asset_key
+from clef_pipelines.assets.ingestion import ASSET_PREFIX, OWNERS, asset_key
 from clef_pipelines.evals import run as evals
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.settings import PipelineSettings
@@ -21,6 +21,7 @@ GROUP = "evaluation"
 dataset_partitions = dg.DynamicPartitionsDefinition(name="eval_datasets")
 
 _COMMON = {
+    "owners": OWNERS,
     "partitions_def": dataset_partitions,
     "group_name": GROUP,
     "io_manager_key": "parquet_io",
@@ -126,6 +127,7 @@ def eval_scores(
     key_prefix=[ASSET_PREFIX],
     partitions_def=dataset_partitions,
     group_name=GROUP,
+    owners=OWNERS,
     kinds={"python", "markdown"},
     description=(
         "The benchmark report: a Markdown table with bootstrap 95% intervals, JSON and a PNG "

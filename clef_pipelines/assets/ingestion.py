@@ -11,14 +11,21 @@ set by `batching.batch_documents`, not by the size of the source. A refresh read
 only the batches that hold changed or removed documents.
 
 Every asset key carries the prefix `clef` so the location can sit beside others in one
-workspace. The steps after the inventory have optional outputs: when a source has nothing to
-parse or delete, `parsed_blocks` emits nothing and Dagster skips everything downstream, so a
-no-change run neither overwrites intermediates with empty frames nor materialises zeros; the
-latest materialisations keep describing the data as it is.
+workspace. Every asset materialises on every run, however it was launched (the job, an asset
+backfill from the UI, the sensor, the schedule, the CLI): a run where nothing changed hands an
+empty change from step to step and each step says so (`changed: false`), so the partition is
+up to date in the catalog and an asset backfill of unchanged sources ends green.
+
+What each asset holds: `source_documents` is the source's whole inventory, `store_sync` and
+`vector_indexes` the source's whole state in the store; the Parquet intermediates in between
+(`parsed_blocks` to `embeddings`) hold the last run's change (the new and changed documents;
+empty when nothing changed), and their metadata says so beside the whole-state counts
+(`state/documents`, `store/chunks`, ...).
 """
 
 import shutil
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +34,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from clef_pipelines.assets.check_state import standing
 from clef_pipelines.assets.failures import redacted_failures, store_retries
 from clef_pipelines.assets.metadata import failures_table, quarantine_metadata, totals_metadata
 from clef_pipelines.config import Settings
@@ -59,6 +67,8 @@ from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
 from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, SyncReport, check_manifest
 from clef_pipelines.ingest.totals import source_totals
+from clef_pipelines.jobs.source_runs import wait_for_source
+from clef_pipelines.records import PIPELINE_VERSION
 from clef_pipelines.resources.clef import ClefResource
 from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.settings import PipelineSettings
@@ -73,10 +83,18 @@ GROUP = "ingestion"
 ASSET_PREFIX = "clef"
 source_partitions = dg.DynamicPartitionsDefinition(name="sources")
 
-_BASE = {"partitions_def": source_partitions, "group_name": GROUP, "key_prefix": [ASSET_PREFIX]}
+#: Who answers for these assets (shown in the catalog, filterable there).
+OWNERS = ["team:clef-pipelines"]
+_BASE = {
+    "partitions_def": source_partitions,
+    "group_name": GROUP,
+    "key_prefix": [ASSET_PREFIX],
+    "owners": OWNERS,
+    # The records' pipeline version: a new one changes every document's chunks (it is part of
+    # each document's hash), and the catalog marks the assets' code as changed.
+    "code_version": PIPELINE_VERSION,
+}
 _COMMON = {**_BASE, "io_manager_key": "parquet_io"}
-# The steps after the inventory emit nothing when the source has nothing to change.
-_OPTIONAL = {**_COMMON, "output_required": False}
 
 
 def _metadata_value(value: object) -> int | float | str:
@@ -119,6 +137,37 @@ def _batch_metadata(batches: FrameBatches, inventory_batches: int | None = None)
     return done
 
 
+#: What a delta intermediate holds, in its metadata (`holds`) and description.
+DELTA = (
+    "This run's change only: the new and changed documents of the source (empty when nothing "
+    "changed). The source's whole state is `store_sync` (and `state/...`, `store/...` here)."
+)
+
+
+def _state_beside(context: dg.AssetExecutionContext, rows: int) -> dict[str, Any]:
+    """Beside a delta intermediate's row count: that it holds this run's change, and the
+    source's whole-state counts as this run's inventory found them (documents listed; what
+    the store held for the source as the run started)."""
+    facts: dict[str, Any] = {"holds": "this run's change", "changed": rows > 0}
+    result = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=asset_key("source_documents"), asset_partitions=[context.partition_key]
+        ),
+        limit=1,
+    )
+    for record in result.records:
+        mat = record.asset_materialization
+        if mat is None:
+            continue
+        meta = mat.metadata
+        if "documents" in meta:
+            facts["state/documents"] = meta["documents"]
+        for name in ("store/documents", "store/chunks", "store/records", "store/quarantined"):
+            if name in meta:
+                facts[name] = meta[name]
+    return facts
+
+
 def asset_key(name: str) -> dg.AssetKey:
     """The full key of one of the ingestion assets, e.g. `asset_key("chunks")`."""
     return dg.AssetKey([ASSET_PREFIX, name])
@@ -158,8 +207,17 @@ def source_documents(
     started = time.perf_counter()
     settings = pipeline_settings.settings
     source = configured_source(settings, context.partition_key)
+    # One run per source at a time, however the run was launched and whatever the instance's
+    # run queue limits (`jobs.source_runs`): an older run of the source finishes first.
+    wait_for_source(
+        context.instance,
+        source.name,
+        timeout_s=settings.ingest_lock_timeout_s,
+        on_wait=context.log.info,
+        run_id=context.run_id,
+    )
     # What a run killed in the middle of a step left half-written (one run per source at a
-    # time: the run queue and the collection lock see to that).
+    # time: the wait above, the run queue and the collection lock see to that).
     shutil.rmtree(_staging(settings, context.partition_key), ignore_errors=True)
     collection = settings.collection_of(source)
     store = vector_store.get()
@@ -185,7 +243,7 @@ def source_documents(
     ].n_unique()
     counts = status_counts(inventory)
     failed = inventory.filter(pl.col("status") == FAILED)
-    # Nothing to write: the later steps are skipped, so index upkeep an earlier run left
+    # Nothing to write: the sync's upkeep will not run, so index upkeep an earlier run left
     # unfinished (killed, or out of disk, during it) is found and finished here.
     upkeep = (
         _finish_index_upkeep(settings, store, collection)
@@ -208,6 +266,9 @@ def source_documents(
             # reads and writes (those holding a new, changed or removed document).
             "batches": batches,
             "batches_to_process": changed_batches,
+            # Whether this run changes anything (False: every later step passes an empty
+            # change on and says so).
+            "changed": changed_batches > 0,
             **{f"documents_{k}": v for k, v in counts.items()},
             "failed_documents": failures_table(failed),
             # What the store holds for the source as the run starts (the state, beside the
@@ -253,12 +314,13 @@ def _finish_index_upkeep(settings: Settings, store: VectorStore, collection: str
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Structural blocks (heading, paragraph, list item, table, code, quote) of the new and "
-        "changed documents of a source, with heading paths and character offsets."
-    ),
+        "changed documents of a source, with heading paths and character offsets. "
+    )
+    + DELTA,
 )
 @redacted_failures
 def parsed_blocks(
@@ -268,15 +330,24 @@ def parsed_blocks(
     source_documents: pl.DataFrame,
 ) -> Iterator[dg.Output[FrameBatches]]:
     started = time.perf_counter()
-    if not source_documents.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED])).height:
-        # Nothing to parse, store or delete: yield nothing, so every later step is skipped and
-        # the assets keep their last materialisation (which still describes the data).
-        context.log.info("nothing changed in this source: later steps are skipped")
-        return
     settings = pipeline_settings.settings
+    out = _writer(context, settings, "parsed_blocks")
+    if not source_documents.filter(pl.col("status").is_in([*TO_PROCESS, REMOVED])).height:
+        # Nothing to parse, store or delete: an empty change goes on, so every later step
+        # materialises too, says nothing changed, and the partition is up to date.
+        context.log.info("nothing changed in this source: every step passes an empty change on")
+        yield dg.Output(
+            out.finish(),
+            metadata={
+                **_state_beside(context, 0),
+                "documents_parsed": 0,
+                "documents_skipped_unchanged": source_documents.height,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
+        return
     source = settings.source(context.partition_key)
     fingerprint = pipeline_fingerprint(settings, embedder.get().name)
-    out = _writer(context, settings, "parsed_blocks")
     stats, failures = stages.parse_source_batches(
         settings, source, source_documents, fingerprint, out
     )
@@ -286,6 +357,7 @@ def parsed_blocks(
     yield dg.Output(
         blocks,
         metadata={
+            **_state_beside(context, blocks.rows()),
             "documents_parsed": stats.documents,
             "documents_skipped_unchanged": source_documents.filter(
                 pl.col("status") == "unchanged"
@@ -311,24 +383,28 @@ def _check(
 
 
 def _spec(name: str, asset: str, description: str) -> dg.AssetCheckSpec:
-    return dg.AssetCheckSpec(name, asset=asset_key(asset), description=description)
+    # Recorded per source (partition), like the standalone checks (`assets.checks`);
+    # partitioned checks are a preview in Dagster 1.13: not warned on every import.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.PreviewWarning)
+        return dg.AssetCheckSpec(
+            name, asset=asset_key(asset), description=description, partitions_def=source_partitions
+        )
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Parsed blocks with the paragraph-screen decision of each: keep, drop (boilerplate, "
         "P >= steering.screen.drop_boilerplate_at) or quarantine (instructions aimed at an AI: "
         "the offline guard, and Clef when a backend is configured). Both judges' probabilities "
-        "(p_boilerplate, p_instructs_ai, p_guard), decision, screen_action and decided_by."
-    ),
+        "(p_boilerplate, p_instructs_ai, p_guard), decision, screen_action and decided_by. "
+    )
+    + DELTA,
+    # The screen's other checks are standalone (`assets.checks`); this one needs the screen's
+    # report (what the guard left to Clef, by reason), which only the step has.
     check_specs=[
-        _spec(
-            "screen_rates_within_bounds",
-            "screened_paragraphs",
-            "Quarantine and drop rates of the partition within steering.checks bounds.",
-        ),
         _spec(
             "guard_coverage",
             "screened_paragraphs",
@@ -357,6 +433,7 @@ def screened_paragraphs(
     return dg.MaterializeResult(
         value=screened_batches,
         metadata={
+            **_state_beside(context, screened_batches.rows()),
             "blocks": sum(done.actions.values()),
             "screened": report.screened,
             "actions": dg.MetadataValue.json(dict(sorted(done.actions.items()))),
@@ -387,31 +464,27 @@ def screened_paragraphs(
         },
         check_results=[
             _check(
-                "screen_rates_within_bounds",
-                checks.screen_rates_of(
-                    done.judged, settings.steering.checks, quarantine["top_documents"]
-                ),
-            ),
-            _check(
                 "guard_coverage",
                 checks.guard_coverage(report.guard_not_judged, report.clef, report.screened),
                 severity=dg.AssetCheckSeverity.WARN,
+            )
+            if parsed_blocks.rows()
+            else standing(
+                context, dg.AssetCheckKey(asset_key("screened_paragraphs"), "guard_coverage")
             ),
         ],
     )
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Chunks of the new and changed documents: `text` for the LLM, `embed_text` (title, "
         "section path, text) for the embedder, deterministic ids and full provenance. Each "
-        "quarantined paragraph is a record of its own (`quarantined`)."
-    ),
-    check_specs=[
-        _spec("chunks_within_max_tokens", "chunks", "No retrievable chunk over max_tokens.")
-    ],
+        "quarantined paragraph is a record of its own (`quarantined`). "
+    )
+    + DELTA,
 )
 @redacted_failures
 def chunks(
@@ -453,8 +526,8 @@ def chunks(
     chunk_batches = out.finish()
     return dg.MaterializeResult(
         value=chunk_batches,
-        check_results=[_check("chunks_within_max_tokens", done.sizes)],
         metadata={
+            **_state_beside(context, chunk_batches.rows()),
             **extra,
             "quarantined_records": done.quarantined,
             "chunker": settings.chunking.strategy,
@@ -473,22 +546,16 @@ def chunks(
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Chunks with their Clef enrichment: quality probabilities (q_low_information, "
         "q_boilerplate, q_instructs_ai, q_self_contained; drop and quarantine by "
         "steering.enrich thresholds), taxonomy tags (tag_<field>, p_tag_<field>) and custom "
         "answers (x_<name>). Chunks pass unchanged when Clef is off; failed ones carry "
-        "needs_reenrich."
-    ),
-    check_specs=[
-        _spec(
-            "enrichment_drop_rate_within_bounds",
-            "enrichments",
-            "Share of chunks the enrichment dropped within steering.checks.max_drop_rate.",
-        )
-    ],
+        "needs_reenrich. "
+    )
+    + DELTA,
 )
 @redacted_failures
 def enrichments(
@@ -505,6 +572,7 @@ def enrichments(
     return dg.MaterializeResult(
         value=enriched_batches,
         metadata={
+            **_state_beside(context, enriched_batches.rows()),
             "chunks": done.chunks_out,
             "enrich": report.mode,
             "asked": report.asked,
@@ -521,25 +589,17 @@ def enrichments(
             **_batch_metadata(enriched_batches),
             "seconds": report.seconds,
         },
-        check_results=[
-            _check(
-                "enrichment_drop_rate_within_bounds",
-                checks.enrichment_drop_rate(
-                    done.chunks_in, done.chunks_out, settings.steering.checks
-                ),
-            )
-        ],
     )
 
 
 @dg.asset(
-    **_OPTIONAL,
+    **_COMMON,
     kinds={"python", "parquet"},
     description=(
         "Chunk vectors. Only chunks whose id (a hash of the embedded text) is not already in "
-        "the store are embedded; the rest reuse their stored vector."
-    ),
-    check_specs=[_spec("every_chunk_embedded", "embeddings", "Every chunk has a finite vector.")],
+        "the store are embedded; the rest reuse their stored vector. "
+    )
+    + DELTA,
 )
 @redacted_failures
 def embeddings(
@@ -566,8 +626,8 @@ def embeddings(
     embedded_batches = out.finish()
     return dg.MaterializeResult(
         value=embedded_batches,
-        check_results=[_check("every_chunk_embedded", done.embedded)],
         metadata={
+            **_state_beside(context, embedded_batches.rows()),
             "embedder": emb.name,
             "dimension": emb.dimension if stats.chunks else 0,
             "chunks": stats.chunks,
@@ -589,19 +649,6 @@ def embeddings(
         "The source's records in the vector store: new and changed chunks upserted, stale and "
         "removed ones deleted, the collection manifest written. Other sources are untouched."
     ),
-    check_specs=[
-        _spec(
-            "no_removed_documents_stored",
-            "store_sync",
-            "The store holds no record of a document the source no longer has.",
-        ),
-        _spec(
-            "queries_never_return_quarantined",
-            "store_sync",
-            "Querying with each quarantined record's own vector never returns a quarantined "
-            "record.",
-        ),
-    ],
     # Only what the sync and its checks read: a first load's inventory is every document.
     ins={"source_documents": dg.AssetIn(metadata={"columns": list(SYNC_INVENTORY_COLUMNS)})},
 )
@@ -647,6 +694,7 @@ def store_sync(
             "dagster/row_count": dg.MetadataValue.int(totals.records),
             **totals_metadata(totals),
             # ... and what this run changed.
+            "changed": bool(report.upserted or report.deleted_stale or report.deleted_removed),
             "store": store.kind,
             "collection": collection,
             "upserted": report.upserted,
@@ -660,16 +708,6 @@ def store_sync(
             "batches_synced": done.batches,
             "seconds": round(time.perf_counter() - started, 3),
         },
-        check_results=[
-            _check(
-                "no_removed_documents_stored",
-                checks.no_removed_documents(store, collection, source.name, source_documents),
-            ),
-            _check(
-                "queries_never_return_quarantined",
-                checks.quarantine_hidden(store, collection, source.name),
-            ),
-        ],
     )
 
 

@@ -26,7 +26,6 @@ PARTITIONS = source_partitions.name or "sources"
 ingestion_job = dg.define_asset_job(
     name="ingestion_job",
     selection=dg.AssetSelection.groups(GROUP),
-    partitions_def=source_partitions,
     description="Ingest one source into its collection: parse, screen, chunk, enrich, embed, sync.",
     # In-process, like every other launch of these assets (Definitions sets the same default):
     # the steps share one process, so the embedder loads once per run.

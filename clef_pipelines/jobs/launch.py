@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from clef_pipelines.ingest.locks import CollectionBusy, collection_lock, held, l
 from clef_pipelines.jobs.ingestion import PARTITIONS, reconcile_partitions, record_project
 from clef_pipelines.jobs.location import build_definitions, build_resources
 from clef_pipelines.jobs.results import SourceRunReport
+from clef_pipelines.jobs.source_runs import HOST_TAG, PID_TAG, SourceBusy, wait_for_source
 from clef_pipelines.privacy import apply_file_privacy
 
 #: At most one run per source at a time: runs of a partitioned job carry the tag
@@ -44,8 +44,7 @@ INSTANCE_DEFAULTS: dict[str, Any] = {
 }
 
 LAUNCHED_BY_TAG = "clef/launched_by"
-PID_TAG = "clef/pid"
-HOST_TAG = "clef/host"
+__all__ = ["HOST_TAG", "PID_TAG", "SourceBusy", "wait_for_source"]
 
 
 def _with_defaults(config: dict[str, Any]) -> dict[str, Any]:
@@ -91,65 +90,6 @@ class RunInterrupted(Exception):
         super().__init__(f"interrupted: run {run_id} of source {source!r} marked canceled")
         self.source = source
         self.run_id = run_id
-
-
-class SourceBusy(Exception):
-    """Another run of the same source is still in progress after the wait."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def wait_for_source(
-    instance: dg.DagsterInstance,
-    source: str,
-    *,
-    timeout_s: float = 600.0,
-    on_wait: Callable[[str], None] | None = None,
-) -> None:
-    """Block while another run of `source` is in progress (the daemon's queue holds back its
-    own runs for as long as this process's run is in progress). A run left behind by a CLI
-    process that no longer exists is marked failed instead of waited for."""
-    deadline = time.monotonic() + timeout_s
-    said: set[str] = set()
-    while True:
-        active = instance.get_run_records(
-            dg.RunsFilter(
-                statuses=[
-                    dg.DagsterRunStatus.STARTING,
-                    dg.DagsterRunStatus.STARTED,
-                    dg.DagsterRunStatus.CANCELING,
-                ],
-                tags={"dagster/partition": source},
-            )
-        )
-        blocking = []
-        for record in active:
-            run = record.dagster_run
-            pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
-            if pid and host == socket.gethostname() and not _pid_alive(int(pid)):
-                instance.report_run_failed(run, "the process that ran it is gone (killed)")
-                continue
-            blocking.append(run.run_id)
-        if not blocking:
-            return
-        if time.monotonic() > deadline:
-            raise SourceBusy(
-                f"run {blocking[0]} of source {source!r} is still in progress after "
-                f"{timeout_s:.0f} s: wait for it, or terminate it in the UI"
-            )
-        message = f"waiting for run {blocking[0]} of source {source!r} to finish"
-        if on_wait is not None and message not in said:
-            on_wait(message)
-            said.add(message)
-        time.sleep(1.0)
 
 
 def cancel_runs_of_this_process(reason: str = "interrupted (Ctrl-C)") -> list[tuple[str, str]]:

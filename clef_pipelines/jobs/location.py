@@ -17,6 +17,7 @@ limit_malloc_arenas()
 
 import dagster as dg
 
+from clef_pipelines.assets.checks import ingestion_checks
 from clef_pipelines.assets.evaluation import evaluation_assets
 from clef_pipelines.assets.ingestion import ingestion_assets
 from clef_pipelines.config import Settings
@@ -31,6 +32,7 @@ from clef_pipelines.resources.embedder import EmbedderResource
 from clef_pipelines.resources.parquet_io import PolarsParquetIOManager
 from clef_pipelines.resources.settings import PipelineSettings
 from clef_pipelines.resources.store import VectorStoreResource
+from clef_pipelines.stores.factory import store_location
 
 
 def build_resources(
@@ -41,9 +43,25 @@ def build_resources(
     return {
         "pipeline_settings": pipeline,
         # Clef: initialised only by steps that ask for it (the screen and enrichment stages).
-        "clef": ClefResource(settings=pipeline),
-        "vector_store": VectorStoreResource(settings=pipeline),
-        "embedder": EmbedderResource(settings=pipeline),
+        # The settings each resource uses show as its typed fields in the UI.
+        "clef": ClefResource(
+            settings=pipeline,
+            backend=settings.clef.backend,
+            model=settings.clef.model,
+            base_url=settings.clef.base_url,
+            api_key_env=settings.clef.api_key_env,
+        ),
+        "vector_store": VectorStoreResource(
+            settings=pipeline,
+            kind=settings.store.kind,
+            location=store_location(settings.store, settings.data_path),
+        ),
+        "embedder": EmbedderResource(
+            settings=pipeline,
+            kind=settings.embedder.kind,
+            model=settings.embedder.model,
+            dimension=settings.embedder.dimension,
+        ),
         "parquet_io": PolarsParquetIOManager(settings=pipeline),
     }
 
@@ -51,6 +69,7 @@ def build_resources(
 def build_definitions(settings: Settings) -> dg.Definitions:
     return dg.Definitions(
         assets=[*ingestion_assets, *evaluation_assets],
+        asset_checks=ingestion_checks,
         jobs=[ingestion_job, eval_job],
         sensors=[source_change_sensor],
         schedules=[build_refresh_schedule(settings.refresh_cron)],

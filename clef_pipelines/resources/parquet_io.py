@@ -48,6 +48,13 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
         staged = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
         if staged.exists():
             shutil.rmtree(staged)
+        if not obj.files() and folder.is_dir():
+            # An empty change (nothing changed): keep the columns the data has, as one file of
+            # no rows, so the catalog's schema still says what a downstream step reads.
+            columns = FrameBatches(folder).schema()
+            if columns:
+                obj.directory.mkdir(parents=True, exist_ok=True)
+                pl.DataFrame(schema=columns).write_parquet(obj.directory / "columns.parquet")
         shutil.move(str(obj.directory), staged)
         old = folder.with_name(f"{folder.name}.old-{os.getpid()}")
         if folder.exists():

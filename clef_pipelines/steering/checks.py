@@ -1,11 +1,14 @@
 """The ingestion asset checks as plain functions: each returns (passed, facts for the UI).
 
-The Dagster layer turns each into an `AssetCheckResult` on the asset it checks.
+The Dagster layer turns each into an `AssetCheckResult` on the asset (and source partition) it
+checks. The `..._over` functions judge a step's output a batch at a time, as a check that runs
+on its own reads it back; a failing check's facts name the documents (and values) behind it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +57,70 @@ def screen_rates_of(
     return passed, facts
 
 
+#: How many documents a failing check names.
+NAMED = 10
+
+
+def _named(counts: Counter[str], n: int = NAMED) -> list[str]:
+    """'doc: count' for the documents with the highest counts, most first."""
+    return [f"{doc}: {c}" for doc, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def screen_rates_over(batches: Iterable[pl.DataFrame], bounds: ChecksConfig) -> Check:
+    """`screen_rates_of` over a step's screened batches (as written): the documents with the
+    most quarantined blocks when the quarantine rate is over its bound, and with the most
+    dropped blocks when the drop rate is."""
+    from clef_pipelines.steering.quarantine import QuarantineSummary
+
+    actions: Counter[str] = Counter()
+    quarantine = QuarantineSummary()
+    dropped: Counter[str] = Counter()
+    for frame in batches:
+        if frame.height == 0:
+            continue
+        actions.update(judged_actions(frame))
+        quarantine.add(frame)
+        judged = frame.filter(pl.col("screened")) if "screened" in frame.columns else frame
+        drops = judged.filter(pl.col("screen_action") == "drop")
+        for source, doc_id, n in drops.group_by("source", "doc_id").len().iter_rows():
+            dropped[f"{source}/{doc_id}"] += int(n)
+    passed, facts = screen_rates_of(actions, bounds, quarantine.top_documents())
+    if facts["drop_rate"] > bounds.max_drop_rate:
+        facts["documents_most_dropped"] = _named(dropped)
+    return passed, facts
+
+
+def chunk_sizes_over(batches: Iterable[pl.DataFrame], max_tokens: int) -> Check:
+    """`chunk_sizes` over a step's chunk batches (as written)."""
+    return combine_chunk_sizes([chunk_sizes(f, max_tokens) for f in batches], max_tokens)
+
+
+def embedded_over(batches: Iterable[pl.DataFrame], dimension: int) -> Check:
+    """`all_embedded` over a step's embedded batches (as written)."""
+    return combine_embedded([all_embedded(f, dimension) for f in batches], dimension)
+
+
+def enrichment_drops_over(
+    pairs: Iterable[tuple[pl.DataFrame, pl.DataFrame]], bounds: ChecksConfig
+) -> Check:
+    """`enrichment_drop_rate` over (chunks, enriched) batch pairs (as written), naming the
+    documents that lost the most chunks when the rate is over its bound."""
+    before = after = 0
+    dropped: Counter[str] = Counter()
+    for chunks, enriched in pairs:
+        before += chunks.height
+        after += enriched.height
+        if chunks.height > enriched.height:
+            kept = enriched["id"].implode() if enriched.height else pl.Series([], dtype=pl.Utf8)
+            gone = chunks.filter(~pl.col("id").is_in(kept)) if enriched.height else chunks
+            for doc_id, n in gone.group_by("doc_id").len().iter_rows():
+                dropped[str(doc_id)] += int(n)
+    passed, facts = enrichment_drop_rate(before, after, bounds)
+    if not passed:
+        facts["documents_most_dropped"] = _named(dropped)
+    return passed, facts
+
+
 def guard_coverage(not_judged: Mapping[str, int], clef: str, screened: int) -> Check:
     """Whether every screenable block had a judge: the blocks the guard leaves to Clef (their
     document is in another language, or they hold no prose: `guard_not_judged`) are judged by
@@ -93,6 +160,16 @@ def chunk_sizes(chunks: pl.DataFrame, max_tokens: int) -> Check:
         "max_tokens": max_tokens,
         "largest": int(live["tokens"].max() or 0) if live.height else 0,
         "examples": over["id"].head(5).to_list() if over.height else [],
+        # Which documents, and how large: "doc_id: tokens" of the largest offenders.
+        "documents_over": [
+            f"{d}: {t} tokens"
+            for d, t in over.sort("tokens", descending=True)
+            .select("doc_id", "tokens")
+            .head(NAMED)
+            .iter_rows()
+        ]
+        if over.height
+        else [],
     }
 
 
@@ -105,6 +182,7 @@ def combine_chunk_sizes(parts: list[Check], max_tokens: int) -> Check:
         "max_tokens": max_tokens,
         "largest": max((f["largest"] for f in facts), default=0),
         "examples": [e for f in facts for e in f["examples"]][:5],
+        "documents_over": [d for f in facts for d in f.get("documents_over", [])][:NAMED],
     }
 
 
@@ -115,6 +193,7 @@ def combine_embedded(parts: list[Check], dimension: int) -> Check:
         "chunks": sum(f["chunks"] for f in facts),
         "missing_or_bad": sum(f["missing_or_bad"] for f in facts),
         "dimension": dimension,
+        "documents_missing": [d for f in facts for d in f.get("documents_missing", [])][:NAMED],
     }
 
 
@@ -124,13 +203,22 @@ def all_embedded(embedded: pl.DataFrame, dimension: int) -> Check:
     if embedded.height == 0:
         return True, {"chunks": 0, "missing_or_bad": 0}
     vectors = embedded["vector"]
-    right_size = (vectors.list.len() == dimension).fill_null(False)
-    bad = int((~right_size).sum())
-    sized = vectors.filter(right_size)
+    right_size = (vectors.list.len() == dimension).fill_null(False).to_numpy()
+    bad_rows = ~right_size
+    sized = vectors.filter(pl.Series(right_size))
     if sized.len():
         matrix = sized.cast(pl.Array(pl.Float32, dimension)).to_numpy()
-        bad += int((~np.isfinite(matrix).all(axis=1)).sum())
-    return bad == 0, {"chunks": embedded.height, "missing_or_bad": bad, "dimension": dimension}
+        bad_rows[np.flatnonzero(right_size)] = ~np.isfinite(matrix).all(axis=1)
+    bad = int(bad_rows.sum())
+    facts: dict[str, Any] = {
+        "chunks": embedded.height,
+        "missing_or_bad": bad,
+        "dimension": dimension,
+    }
+    if bad and "doc_id" in embedded.columns:
+        docs = embedded.filter(pl.Series(bad_rows))["doc_id"].cast(pl.Utf8).to_list()
+        facts["documents_missing"] = _named(Counter(docs))
+    return bad == 0, facts
 
 
 def no_removed_documents(
@@ -185,9 +273,11 @@ def quarantine_hidden(store: VectorStore, collection: str, source: str, limit: i
             where["doc_id"] = rec["doc_id"]
         for hit in store.query(collection, rec["vector"], where=where, top_k=10):
             if hit.record.get("quarantined"):
-                leaked.append(hit.id)
+                leaked.append(f"{hit.record.get('doc_id')} ({hit.id})")
     return not leaked, {
         "quarantined_records": len(ids),
         "probes": len(probes),
         "leaked": len(leaked),
+        # The documents (and record ids) a query returned although quarantined.
+        "leaked_records": sorted(set(leaked))[:NAMED],
     }

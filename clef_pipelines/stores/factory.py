@@ -21,6 +21,37 @@ def lancedb_path(config: StoreConfig, data_dir: pathlib.Path) -> pathlib.Path:
     return _under(data_dir, config.lancedb.path, "lancedb")
 
 
+def store_location(config: StoreConfig, data_dir: pathlib.Path) -> str:
+    """Where the store of these settings is, in one line (no secret: pgvector's DSN is named
+    by its environment variable, `env:NAME`)."""
+    if config.kind == "lancedb":
+        return str(lancedb_path(config, data_dir))
+    if config.kind == "qdrant":
+        return config.qdrant.url or str(_under(data_dir, config.qdrant.path, "qdrant"))
+    if config.kind == "pgvector":
+        return f"env:{config.pgvector.dsn_env}"
+    return "memory (this process)"
+
+
+def with_location(config: StoreConfig, kind: str, location: str) -> StoreConfig:
+    """`config` with another kind and location (as `store_location` writes them) set over it."""
+    if kind and kind != config.kind:
+        config = config.model_copy(update={"kind": kind})
+    if not location or location == store_location(config, pathlib.Path(".")):
+        return config
+    if config.kind == "lancedb":
+        part = config.lancedb.model_copy(update={"path": location})
+        return config.model_copy(update={"lancedb": part})
+    if config.kind == "qdrant":
+        field = "url" if "://" in location else "path"
+        part = config.qdrant.model_copy(update={field: location})
+        return config.model_copy(update={"qdrant": part})
+    if config.kind == "pgvector":
+        part = config.pgvector.model_copy(update={"dsn_env": location.removeprefix("env:")})
+        return config.model_copy(update={"pgvector": part})
+    return config
+
+
 _MEMORY_STORE: VectorStore | None = None
 
 

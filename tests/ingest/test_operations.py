@@ -43,28 +43,38 @@ def test_run_config_is_typed_and_force_documents_reprocesses_only_matches(
     assert everything.assets["source_documents"]["documents_changed"] == n_files
 
 
-def test_no_change_run_keeps_the_assets_state(workspace: Workspace) -> None:
+def test_no_change_run_materialises_every_asset_and_says_what_each_holds(
+    workspace: Workspace,
+) -> None:
     (first,) = workspace.ingest()
-    chunks_file = Path(first.assets["chunks"]["path"])
-    written = chunks_file.stat().st_mtime_ns
+    stored = first.assets["store_sync"]["store/chunks"]
+    assert first.assets["chunks"]["dagster/row_count"] > 0
+    # A delta intermediate says it holds the run's change, with the whole-state counts beside.
+    assert first.assets["chunks"]["holds"] == "this run's change"
     (again,) = workspace.ingest()
-    assert set(again.assets) == {"source_documents"}
-    assert chunks_file.stat().st_mtime_ns == written  # not overwritten with an empty frame
+    assert again.success
     docs = again.assets["source_documents"]
+    assert docs["changed"] is False
     assert docs["store/records"] == first.assets["store_sync"]["store/records"] > 0
     assert docs["store/documents"] == docs["documents"]
     assert docs["store/tokens"] > 0 and docs["store/quarantined"] == 0
+    for name in ("parsed_blocks", "screened_paragraphs", "chunks", "enrichments", "embeddings"):
+        meta = again.assets[name]
+        assert meta["changed"] is False and meta["dagster/row_count"] == 0, name
+        assert meta["holds"] == "this run's change", name
+        assert meta["state/documents"] == docs["documents"], name
+        assert meta["store/chunks"] == stored, name
+    # The sync and the index describe the whole state, not the empty change.
+    assert again.assets["store_sync"]["changed"] is False
+    assert (
+        again.assets["store_sync"]["dagster/row_count"]
+        == first.assets["store_sync"]["dagster/row_count"]
+    )
+    assert "vector_index" in again.assets["vector_indexes"]
     with dg.DagsterInstance.get() as instance:
-        # The latest materialisations still describe the data, not an empty run.
-        for name in ("embeddings", "store_sync"):
-            event = instance.get_latest_materialization_event(dg.AssetKey(["clef", name]))
-            assert event is not None
-            meta = event.asset_materialization.metadata  # type: ignore[union-attr]
-            assert meta["dagster/row_count"].value > 0, name
-        sync = instance.get_latest_materialization_event(dg.AssetKey(["clef", "store_sync"]))
-        assert sync.asset_materialization.metadata["store/chunks"].value > 0  # type: ignore[union-attr]
         schema = instance.get_latest_materialization_event(dg.AssetKey(["clef", "chunks"]))
         columns = schema.asset_materialization.metadata["dagster/column_schema"].value  # type: ignore[union-attr]
+        # An empty change keeps the columns: the schema still says what a step reads.
         assert "embed_text" in {c.name for c in columns.columns}
         assert instance.get_runs()[0].tags["dagster/partition"] == "sample"
 

@@ -12,7 +12,7 @@ import dagster as dg
 import pytest
 
 from clef_pipelines.ingest.sync import KILL_AFTER_UPSERTS_ENV
-from clef_pipelines.records import RECORD_FIELDS
+from clef_pipelines.records import PIPELINE_VERSION, RECORD_FIELDS
 from tests.ingest.conftest import Workspace, make_workspace
 
 INGESTION_ASSETS = {
@@ -39,9 +39,12 @@ def test_definitions_load_with_described_grouped_assets() -> None:
         assert key.path[0] == "clef", f"{key} lacks the location's key prefix"
         assert node.kinds, f"{key} has no kinds"
         assert node.description and len(node.description) > 40
+        assert node.owners, f"{key} has no owners"
         if key.path[-1] in INGESTION_ASSETS:  # other groups (evaluation) have their own
             assert node.group_name == "ingestion"
             assert isinstance(node.partitions_def, dg.DynamicPartitionsDefinition)
+            # The records' pipeline version is the assets' code version.
+            assert node.code_version == PIPELINE_VERSION
     checks = {f"{k.asset_key.path[-1]}:{k.name}" for k in graph.asset_check_keys}
     assert {
         "screened_paragraphs:screen_rates_within_bounds",
@@ -118,8 +121,14 @@ def test_rerun_without_changes_embeds_and_writes_nothing(workspace: Workspace) -
     assert again.success
     assert again.assets["source_documents"]["documents_unchanged"] > 0
     assert again.assets["source_documents"]["documents_new"] == 0
-    # Nothing to change: only the inventory materialises; every later step is skipped.
-    assert set(again.assets) == {"source_documents"}
+    # Nothing to change: every step materialises (the partition is up to date), passes an
+    # empty change on and says so.
+    assert set(again.assets) == INGESTION_ASSETS
+    assert all(
+        again.assets[name]["changed"] is False
+        for name in INGESTION_ASSETS
+        if name != "vector_indexes"
+    )
     store = workspace.store()
     assert store.get_manifest("docs") == manifest_before  # not even the manifest was rewritten
     store.close()
@@ -237,7 +246,8 @@ def test_killed_sync_converges_on_rerun(tmp_path: Path, monkeypatch: pytest.Monk
     assert len(ids) == len(set(ids)), "duplicates after repair"
     assert {(r["id"], r["doc_id"]) for r in records} == expected
     (settled,) = ws.ingest()
-    assert "store_sync" not in settled.assets  # nothing left to repair: the sync is skipped
+    # Nothing left to repair: the sync materialises and says it changed nothing.
+    assert settled.assets["store_sync"]["changed"] is False
 
 
 def test_embedder_change_is_refused(workspace: Workspace) -> None:
