@@ -6,31 +6,32 @@ Secrets never live here: settings name the environment variable that holds a sec
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from clef_pipelines._strict import StrictModel, check_name
 from clef_pipelines.api.config import ApiConfig
 from clef_pipelines.clef.config import ClefConfig
+from clef_pipelines.config_file import (  # noqa: F401 - re-exported
+    CONFIG_ENV,
+    DEFAULT_CONFIG_NAME,
+    ConfigError,
+    PathsMixin,
+    _model_at,
+    explain_validation_error,
+    find_config_file,
+    read_config_file,
+)
 from clef_pipelines.embedding.config import EmbedderConfig
 from clef_pipelines.evals.config import EvalConfig
 from clef_pipelines.ingest.config import BatchingConfig
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.steering.config import SteeringConfig
 from clef_pipelines.stores.config import StoreConfig
-
-CONFIG_ENV = "CLEF_PIPELINES_CONFIG"
-DEFAULT_CONFIG_NAME = "clef-pipelines.yaml"
-
-
-class ConfigError(ValueError):
-    """The config file is missing, unreadable or invalid; the message names file and field."""
 
 
 class SourceConfig(StrictModel):
@@ -149,7 +150,7 @@ class ChunkingConfig(StrictModel):
         return self
 
 
-class Settings(StrictModel):
+class Settings(PathsMixin, StrictModel):
     data_dir: str = Field(".clef", description="Where stores, caches and intermediates live.")
     collection: str = Field("docs", description="Default collection name.")
     sources: list[SourceConfig] = Field(
@@ -203,14 +204,6 @@ class Settings(StrictModel):
             raise ValueError(f"source names must be unique; repeated: {', '.join(dupes)}")
         return v
 
-    def resolve(self, path: str) -> Path:
-        p = Path(path).expanduser()
-        return p if p.is_absolute() else (Path(self.base_dir) / p).resolve()
-
-    @property
-    def data_path(self) -> Path:
-        return self.resolve(self.data_dir)
-
     def source(self, name: str) -> SourceConfig:
         for s in self.sources:
             if s.name == name:
@@ -222,76 +215,12 @@ class Settings(StrictModel):
         return source.collection or self.collection
 
 
-def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """Walk a validation error location down the model tree to the model that owns it."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        field = current.model_fields.get(str(part))
-        if field is None:
-            return current
-        ann = field.annotation
-        args = getattr(ann, "__args__", ()) or ()
-        candidates = [ann, *args]
-        nxt = next(
-            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
-        )
-        current = nxt
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def explain_validation_error(err: ValidationError, model: type[BaseModel], origin: str) -> str:
-    """Turn pydantic errors into lines naming the file, the dotted field and a suggestion."""
-    lines = [f"invalid configuration in {origin}:"]
-    for e in err.errors():
-        loc = tuple(e.get("loc", ()))
-        dotted = ".".join(str(p) for p in loc) or "(top level)"
-        if e.get("type") == "extra_forbidden":
-            owner = _model_at(model, loc[:-1])
-            key = str(loc[-1])
-            hint = ""
-            if owner is not None:
-                close = difflib.get_close_matches(key, list(owner.model_fields), n=1, cutoff=0.5)
-                if close:
-                    prefix = ".".join(str(p) for p in loc[:-1])
-                    hint = f"; did you mean '{prefix + '.' if prefix else ''}{close[0]}'?"
-            lines.append(f"  unknown key '{dotted}'{hint}")
-        else:
-            lines.append(f"  {dotted}: {e.get('msg')}")
-    return "\n".join(lines)
-
-
-def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """The config file every command, the UI and the code location use (the one rule, in
-    docs/configuration.md): `explicit` (`--config`), else $CLEF_PIPELINES_CONFIG, else
-    ./clef-pipelines.yaml; None when none of them names a file. The path is absolute, so a
-    child process started elsewhere (`ui` runs `dg dev` from the package folder) that is
-    handed it reads the same file."""
-    if explicit:
-        return Path(explicit).resolve()
-    env = os.environ.get(CONFIG_ENV)
-    if env:
-        return Path(env).resolve()
-    here = Path.cwd() / DEFAULT_CONFIG_NAME
-    return here.resolve() if here.exists() else None
-
-
 def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
     """Load and validate the config; with no file at all, every default applies."""
     cfg_path = find_config_file(path)
     if cfg_path is None:
         return Settings(base_dir=str(Path.cwd()))
-    if not cfg_path.exists():
-        raise ConfigError(f"config file not found: {cfg_path}")
-    try:
-        raw = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config file {cfg_path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config file {cfg_path} must hold a mapping at the top level")
+    raw = read_config_file(cfg_path)
     return settings_from_dict(raw, origin=str(cfg_path), base_dir=cfg_path.resolve().parent)
 
 

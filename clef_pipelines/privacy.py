@@ -8,13 +8,16 @@ process umask. `private_files: false` leaves the umask as the user set it.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from clef_pipelines.config import Settings
+if TYPE_CHECKING:
+    from clef_pipelines.config import Settings
+    from clef_pipelines.config_sections import CompactSettings
 
 PRIVATE_UMASK = 0o077  # files 0600, folders 0700
 
 
-def apply_file_privacy(settings: Settings) -> None:
+def apply_file_privacy(settings: Settings | CompactSettings) -> None:
     """Set the umask (when `private_files`) and make the data folder owner-only."""
     if not settings.private_files:
         return

@@ -21,7 +21,18 @@ ROOT = Path(__file__).resolve().parents[1]
 #: models of a subpackage (`<package>.config`) sit in the lowest layer, with `config.py` that
 #: gathers them. Everything below the Dagster layer is the core, which never imports Dagster.
 LAYERS: list[frozenset[str]] = [
-    frozenset({"_strict", "records", "privacy", "redact", "config", "__init__"}),
+    frozenset(
+        {
+            "_strict",
+            "records",
+            "privacy",
+            "redact",
+            "config",
+            "config_file",
+            "config_sections",
+            "__init__",
+        }
+    ),
     frozenset({"parsing"}),
     frozenset({"chunking"}),
     frozenset({"embedding"}),

@@ -7,10 +7,9 @@ so `clef-pipelines --help` and every other command start fast.
 from __future__ import annotations
 
 import json
-import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -25,10 +24,9 @@ from clef_pipelines.cli.common import (
     require_config,
     terminal_safe,
 )
-
-if TYPE_CHECKING:
-    from clef_pipelines.retrieval.result import RetrievalResult
-    from clef_pipelines.steering.candidates import Candidate
+from clef_pipelines.cli.compact_cmd import command_errors as _errors
+from clef_pipelines.cli.compact_cmd import run_compact_command
+from clef_pipelines.cli.result_view import print_result, why  # noqa: F401 - re-exported
 
 _WHERE_HELP = 'Filter as JSON, e.g. {"source": "docs"}; skips routing.'
 
@@ -76,86 +74,6 @@ def _overrides(  # type: ignore[no-untyped-def]
     if max_passages is not None:
         cfg.select.max_passages = max_passages
     return cfg
-
-
-def _errors() -> tuple[type[BaseException], ...]:
-    from clef_pipelines.clef.errors import ClefError
-    from clef_pipelines.embedding.base import EmbedderError
-    from clef_pipelines.retrieval.answer import AnswerError
-    from clef_pipelines.stores import StoreError
-
-    return (StoreError, ValueError, ClefError, AnswerError, EmbedderError)
-
-
-def _short(text: str, n: int = 500) -> str:
-    body = " ".join(text.split())
-    return body[:n] + ("..." if len(body) > n else "")
-
-
-def _scores(scores: dict[str, float]) -> str:
-    short = {
-        "is_relevant": "rel",
-        "contains_answer_evidence": "evid",
-        "contradicts_query_premise": "contra",
-        "instructs_ai": "ai",
-    }
-    return " ".join(f"{short.get(k, k)} {v:.2f}" for k, v in scores.items())
-
-
-def _why(c: Candidate) -> str:
-    """A dropped passage's reason, with who decided where a judge did (`instructs_ai (guard)`)."""
-    return f"{c.reason} ({c.decided_by})" if c.decided_by else str(c.reason)
-
-
-def print_result(result: RetrievalResult, *, verbose: bool, header: bool) -> None:
-    """The human view of one result; `verbose` adds what was dropped and the trace."""
-    if header:
-        console.print(f"\n[bold]Q: {lit(result.query)}[/]")
-    if result.degraded:
-        reasons = lit("; ".join(result.degraded_reasons))
-        console.print(f"[yellow]degraded (vector order):[/] {reasons}")
-    if result.abstain:
-        console.print(f"[yellow]abstains:[/] {lit(result.reason)}")
-    if result.filter_used:
-        console.print(f"filter: {lit(json.dumps(result.filter_used))}")
-    numbered = result.numbered
-    if not numbered:
-        console.print("no passages")
-    for n, c in numbered:
-        tag = "[red]conflict[/] " if c.conflict else ""
-        console.print(
-            f"[bold]\\[{n}][/] {tag}{c.vector_score:.3f} {_scores(c.scores)}  "
-            f"[cyan]{lit(c.citation)}[/]"
-        )
-        console.print(f"    {terminal_safe(_short(c.text), one_line=True)}", markup=False)
-    if not verbose:
-        return
-    if result.dropped:
-        console.print(f"[bold]dropped ({len(result.dropped)}):[/]")
-        for c in sorted(result.dropped, key=lambda c: c.rank):
-            console.print(
-                f"  [dim]#{c.rank}[/] [magenta]{lit(_why(c))}[/] {_scores(c.scores)}  "
-                f"{lit(c.citation)}"
-            )
-            console.print(
-                f"      {terminal_safe(_short(c.text, 160), one_line=True)}", markup=False
-            )
-    t = result.tokens
-    console.print(
-        f"[bold]tokens:[/] {t.before} -> {t.after} (saved {t.saved_fraction:.0%}"
-        f"{f', budget {t.budget}' if t.budget else ''})"
-    )
-    gate = "" if result.gate_p is None else f", gate p {result.gate_p:.2f}"
-    console.print(
-        f"[bold]trace:[/] {result.total_ms:.0f} ms, {result.clef_requests} Clef request(s), "
-        f"{result.clef_input_tokens} input tokens, ${result.cost_usd:.6f}{gate}"
-    )
-    for s in result.stages:
-        extra = f" skipped: {s.skipped}" if s.skipped else ""
-        extra += f" [red]error: {lit(s.error)}[/]" if s.error else ""
-        console.print(
-            f"  {s.name:8} {s.mode:8} {s.ms:8.1f} ms  {s.requests} req  {s.input_tokens} tok{extra}"
-        )
 
 
 @app.command()
@@ -250,35 +168,6 @@ def ask(
         print_result(reply.retrieval, verbose=True, header=True)
 
 
-def _read_passages(docs: list[str] | None, input_file: Path | None) -> list[Any]:
-    out: list[Any] = list(docs or [])
-    if input_file is None:
-        return out
-    raw = sys.stdin.read() if str(input_file) == "-" else None
-    if raw is None:
-        try:
-            raw = input_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            fail(f"cannot read {input_file}: {exc}")
-    name = "stdin" if str(input_file) == "-" else str(input_file)
-    stripped = raw.lstrip()
-    if stripped.startswith("["):
-        try:
-            items = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            fail(f"{name}: not valid JSON: {exc}")
-        out.extend(items)
-        return out
-    for n, line in enumerate(raw.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            fail(f"{name}:{n}: not valid JSON ({exc}); give a JSON list or JSONL of passages")
-    return out
-
-
 @app.command()
 def compact(
     query_text: Annotated[str, typer.Option("--query", "-q", help="The question.")],
@@ -299,39 +188,6 @@ def compact(
 ) -> None:
     """Compact passages for a question without a store: drop what does not help, keep the
     best within the budget, say why each dropped passage went."""
-    passages = _read_passages(docs, input_file)
-    if not passages:
-        fail("no passages: give --doc TEXT (repeatable) or --input FILE")
-    settings = load_cli_settings(config)
-    from clef_pipelines.retrieval.fast_start import quick_clef_import
-
-    try:
-        with quick_clef_import():
-            from clef_pipelines.retrieval.compaction import compact as run_compact
-
-            result = run_compact(
-                query_text,
-                passages,
-                token_budget=budget,
-                gate=gate,
-                config=settings.retrieval,
-                clef=settings.clef,
-                data_dir=str(settings.data_path),
-                guard=settings.steering.guard,
-                base_dir=settings.base_dir,
-            )
-    except _errors() as exc:
-        fail(str(exc))
-    if as_json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
-        return
-    print_result(result, verbose=verbose, header=False)
-    if not verbose:
-        t = result.tokens
-        console.print(
-            f"tokens {t.before} -> {t.after} (saved {t.saved_fraction:.0%}); "
-            f"dropped {len(result.dropped)}: "
-            + ", ".join(
-                f"#{c.rank} {lit(_why(c))}" for c in sorted(result.dropped, key=lambda c: c.rank)
-            )
-        )
+    run_compact_command(
+        query_text, docs, input_file, budget, gate, verbose, as_json, config, fail=fail
+    )

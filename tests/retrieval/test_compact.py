@@ -69,8 +69,16 @@ def test_compact_cli(fake: FakeServer, tmp_path: Any, monkeypatch: Any) -> None:
     assert empty.exit_code == 2 and "no passages" in empty.output
 
 
-#: What a cold `compact` must not import: no store client, no embedder, no Dagster.
+#: What a cold `compact` must not import: no store client, no embedder, no Dagster; and, on
+#: its fast path (`cli.compact_cmd`), no typer or rich (`--json` prints no rich text), no
+#: HTTP/2 or httpx command-line packages.
 COMPACT_NEVER_IMPORTS = {
+    "typer",
+    "click",
+    "rich",
+    "pygments",
+    "h2",
+    "dotenv",
     "lancedb",
     "qdrant_client",
     "psycopg",
@@ -88,7 +96,8 @@ def test_cold_compact_cli_imports_no_store_embedder_or_dagster(
     fake: FakeServer, tmp_path: Any, monkeypatch: Any
 ) -> None:
     """The `compact` command run whole in a fresh interpreter (the console script's module,
-    Clef on against the fake server) leaves no store, embedder or Dagster in `sys.modules`.
+    Clef on against the fake server) leaves no store, embedder or Dagster in `sys.modules`,
+    nor typer, the other commands or the settings sections it does not read.
     Its timings are for `python -m bench run compact`, never for a test."""
     import subprocess
     import sys
@@ -117,6 +126,12 @@ def test_cold_compact_cli_imports_no_store_embedder_or_dagster(
             and m not in ("clef_pipelines.stores.base", "clef_pipelines.stores.config",
             "clef_pipelines.stores.text", "clef_pipelines.embedding.config",
             "clef_pipelines.jobs", "clef_pipelines.jobs.results")}
+        # The whole settings model and the other commands stay out too.
+        loaded |= {m for m in sys.modules if m in ("clef_pipelines.config",
+            "clef_pipelines.cli.app", "clef_pipelines.cli.common", "clef_pipelines.api.config",
+            "clef_pipelines.evals.config", "clef_pipelines.ingest.config",
+            "clef_pipelines.stores.config", "clef_pipelines.embedding.config")
+            or m.endswith("_cmds")}
         print("LOADED", json.dumps(sorted(loaded)))
         """
     )
