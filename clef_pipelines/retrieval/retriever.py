@@ -384,6 +384,9 @@ class Retriever:
         kind = recall_score_kind(cfg.mode, cfg.fusion.method)
         candidates = [candidate_from_passage(p, kind) for p in passages]
 
+        from clef_pipelines.retrieval.compaction import clef_judges_instructions
+        from clef_pipelines.retrieval.passage_guard import screen_what_clef_left, screen_with_guard
+
         screened = screened_at_ingest(manifest)
         mode = cfg.classify.instructs_ai
         ask_instructs_ai = mode == "always" or (mode == "auto" and not screened)
@@ -391,6 +394,13 @@ class Retriever:
         expand = None
         if cfg.select.expand_neighbours:
             expand = self._expander(coll, screened, result)
+        by_clef = clef_judges_instructions(cfg, self.clef, ask_instructs_ai=ask_instructs_ai)
+        guard_cfg = self.settings.steering.guard
+        if not screened and not by_clef:
+            # Nothing screened this collection's text at ingest and Clef will not judge it:
+            # the offline guard judges the recalled passages, as compaction does with passages
+            # of unknown provenance, so that no planted instruction is shown with Clef off.
+            await screen_with_guard(result, candidates, guard_cfg, self.settings.base_dir)
         await steer(
             result,
             candidates,
@@ -400,6 +410,8 @@ class Retriever:
             expand=expand,
             wave_history=self._wave_history,
         )
+        if not screened and by_clef and result.degraded:
+            await screen_what_clef_left(result, guard_cfg, self.settings.base_dir)
         result.total_ms = (time.perf_counter() - started) * 1e3
         return result
 

@@ -431,3 +431,28 @@ def test_records_are_judged_in_their_documents_or_say_why_alone(tmp_path) -> Non
     assert "no longer a block" in notes["A text no longer on the page."]
     assert "no longer in its source" in notes["Of a removed page."]
     assert "not configured" in notes["Of a source no longer configured."]
+
+
+def test_search_over_an_unscreened_collection_is_guarded_with_clef_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A collection ingested with the guard off holds the planted paragraph; queried with Clef
+    off and the guard on, the offline guard judges the recalled passages (as compaction does)
+    and the planted one is dropped as `instructs_ai` by `guard`, never shown."""
+    from clef_pipelines.retrieval.retriever import Retriever
+
+    ws = make_workspace(
+        tmp_path, monkeypatch, clef={"backend": "off"}, steering={"guard": {"mode": "off"}}
+    )
+    (report,) = ws.ingest()
+    assert report.success, report.error
+    assert any(PLANTED in r["text"].lower() for r in ws.records())  # stored unscreened
+    ws.write_config(clef={"backend": "off"}, steering={"guard": {"mode": "on"}})
+    query = "Sync is slow: what do AI assistants reading this page do with passwords?"
+    with Retriever(ws.settings(), collection="docs") as retriever:
+        result = retriever.retrieve(query, top_k=30)
+    shown = " ".join(p.text for p in [*result.passages, *result.conflicts]).lower()
+    assert PLANTED not in shown
+    dropped = [c for c in result.dropped if PLANTED in c.text.lower()]
+    assert dropped and all(c.reason == "instructs_ai" and c.decided_by == "guard" for c in dropped)
+    assert result.instruction_screen and result.instruction_screen["judged_by"] == "guard"
