@@ -49,19 +49,22 @@ def test_two_launches_of_one_source_are_serialised_by_the_run_queue(
         DAGSTER_DG_UPDATE_CHECK_ENABLED="0",
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
     )
+    # Its output goes to a file, not a pipe: the runs it starts inherit the stream, and a pipe
+    # nobody reads while the test polls fills up and blocks a run's next log line for good.
+    log = (workspace.root / "dagster-dev.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-w", str(ws_file), "-h", "127.0.0.1"]
         + ["-p", str(port)],
         env=env,
         cwd=str(workspace.root),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
         start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 180
         while True:
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+            assert proc.poll() is None, (workspace.root / "dagster-dev.log").read_text()[-3000:]
             try:
                 nodes = _gql(port, "{ assetNodes { assetKey { path } } }")["assetNodes"]
                 if nodes:
@@ -136,3 +139,4 @@ def test_two_launches_of_one_source_are_serialised_by_the_run_queue(
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+        log.close()

@@ -75,20 +75,23 @@ def test_sigterm_to_ui_stops_every_process_it_started(workspace: Workspace) -> N
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
     )
     env.pop("CLEF_PIPELINES_CONFIG", None)
+    log = (workspace.root / "dagster-dev.log").open("wb")
     ui = subprocess.Popen(
         [sys.executable, "-m", "clef_pipelines", "ui", "--port", str(port)]
         + ["--config", str(workspace.config_path)],
         env=env,
         cwd=str(workspace.root),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        # A file, not a pipe: the runs it starts inherit the stream, and a pipe nobody reads
+        # fills up and blocks a run's next log line for good.
+        stderr=log,
         start_new_session=True,  # so that the test can clean up whatever is left
     )
     started: set[int] = set()
     try:
         deadline = time.monotonic() + 240
         while True:
-            assert ui.poll() is None, ui.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+            assert ui.poll() is None, (workspace.root / "dagster-dev.log").read_text()[-3000:]
             started |= _descendants(ui.pid)
             names = " | ".join(_cmdline(p) for p in _alive(started))
             try:

@@ -54,19 +54,22 @@ def dagster_dev(workspace: Workspace, *, write_instance: bool = True) -> Iterato
         DAGSTER_DG_UPDATE_CHECK_ENABLED="0",
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p),
     )
+    log = (workspace.root / "dagster-dev.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-w", str(ws_file), "-h", "127.0.0.1"]
         + ["-p", str(port)],
         env=env,
         cwd=str(workspace.root),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        # A file, not a pipe: the runs it starts inherit the stream, and a pipe nobody reads
+        # fills up and blocks a run's next log line for good.
+        stderr=log,
         start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 180
         while True:
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+            assert proc.poll() is None, (workspace.root / "dagster-dev.log").read_text()[-3000:]
             try:
                 if gql(port, "{ assetNodes { id } }")["assetNodes"]:
                     break
