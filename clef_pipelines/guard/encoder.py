@@ -103,18 +103,18 @@ def mean_pooled(x: Any, mask: Any) -> Any:
 
 
 class GuardEncoder:
-    """MiniLM (a loaded sentence-transformers model) with its top layers tuned.
+    """MiniLM (a loaded ``minilm_torch.TorchMiniLM``) with its top layers tuned.
 
     ``vectors(texts, tuned)`` gives each text's pooled unit vector, through the tuned top
     layers where ``tuned`` is set and MiniLM's own otherwise (those equal
     ``MiniLMEmbedder``'s vectors)."""
 
-    def __init__(self, sentence_model: Any, tuned_arrays: dict[str, np.ndarray], count: int):
+    def __init__(self, minilm: Any, tuned_arrays: dict[str, np.ndarray], count: int):
         import torch
 
-        self._transformer = sentence_model[0]
-        self._bert = self._transformer.auto_model
-        self._max_length = int(sentence_model.max_seq_length)
+        self._minilm = minilm
+        self._bert = minilm.model
+        self._max_length = int(minilm.max_length)
         self.count = count
         layers = self._bert.encoder.layer
         self._bottom = layers[: len(layers) - count]
@@ -140,31 +140,25 @@ def shared_bottom_vectors(
     k encoders cost the bottom layers once instead of k times."""
     import torch
 
+    from clef_pipelines.embedding.minilm_torch import token_batch
+
     first = encoders[0]
     if any(e._bert is not first._bert or e.count != first.count for e in encoders):
         raise ValueError("shared_bottom_vectors: the encoders must share one MiniLM and depth")
     outs = [np.zeros((len(texts), 384), dtype=np.float32) for _ in encoders]
     # By length, so that a batch pads little.
     order = np.argsort([len(t) for t in texts], kind="stable")
-    tokenizer = first._transformer.tokenizer
+    tokenizer = first._minilm.tokenizer
     with contextlib.ExitStack() as held, torch.inference_mode():
         # Each lock once, in one order, so that two callers cannot wait on each other.
         for _, lock in sorted({id(e._lock): e._lock for e in encoders}.items()):
             held.enter_context(lock)
         for start in range(0, len(order), batch):
             rows = order[start : start + batch]
-            enc = tokenizer(
-                [texts[i] for i in rows],
-                padding=True,
-                truncation=True,
-                max_length=first._max_length,
-                return_tensors="pt",
-            ).to(first._device)
-            mask = enc["attention_mask"]
+            ids, mask_np = token_batch(tokenizer, [texts[i] for i in rows])
+            mask = torch.from_numpy(mask_np).to(first._device)
             extended = additive_mask(mask)
-            x = first._bert.embeddings(
-                input_ids=enc["input_ids"], token_type_ids=enc.get("token_type_ids")
-            )
+            x = first._bert.embeddings(torch.from_numpy(ids).to(first._device))
             x = run_layers(first._bottom, x, extended)
             picks = torch.as_tensor(np.asarray(tuned, dtype=bool)[rows], device=first._device)
             if bool((~picks).any()):
