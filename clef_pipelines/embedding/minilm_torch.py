@@ -173,18 +173,22 @@ def load_model(root: Path, device: str = "cpu") -> MiniLM:
     config = json.loads((root / "config.json").read_text())
     if (config.get("hidden_size"), config.get("num_hidden_layers")) != (HIDDEN, LAYERS):
         raise ValueError(f"{root} is not all-MiniLM-L6-v2")
-    model = MiniLM(
-        config.get("vocab_size", 30522),
-        config.get("max_position_embeddings", 512),
-        config.get("type_vocab_size", 2),
-    )
+    # Built without storage (meta device), then handed the file's tensors as its parameters
+    # (`assign`): no random initialisation, and no second copy of the 87 MB of weights.
+    with torch.device("meta"):
+        model = MiniLM(
+            config.get("vocab_size", 30522),
+            config.get("max_position_embeddings", 512),
+            config.get("type_vocab_size", 2),
+        )
     state = load_file(str(root / "model.safetensors"))
     wanted = model.state_dict().keys()
     missing = sorted(set(wanted) - set(state))
     if missing:
         raise ValueError(f"{root}/model.safetensors lacks {', '.join(missing[:3])}")
     # `embeddings.position_ids` and the pooler are in the file but not in the model.
-    model.load_state_dict({k: state[k] for k in wanted})
+    model.load_state_dict({k: state[k].float() for k in wanted}, assign=True)
+    del state
     return model.to(device).eval().requires_grad_(False)
 
 
