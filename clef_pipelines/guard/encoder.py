@@ -173,3 +173,62 @@ def shared_bottom_vectors(
                         mean_pooled(h, mask[picks]).float().cpu().numpy()
                     )
     return outs
+
+
+class NumpyGuardEncoder:
+    """``GuardEncoder`` on the numpy MiniLM (``embedding.minilm_numpy``), for small work: the
+    bottom layers once, then MiniLM's own top layers or the tuned ones, without torch. The
+    same vectors as ``GuardEncoder`` to about 1e-6 (``tests/guard/test_guard_minilm.py``)."""
+
+    def __init__(self, embedder: Any, tuned_arrays: dict[str, np.ndarray], count: int):
+        w = embedder._load()
+        self._embedder = embedder
+        self.count = count
+        self._first = MINILM_LAYERS - count
+        # The numpy MiniLM keeps each matrix transposed (``x @ W``); the stored deltas are
+        # keyed and shaped as transformers' BertLayer (``W`` as ``nn.Linear`` holds it).
+        base: dict[str, np.ndarray] = {}
+        for i in range(count):
+            prefix = f"encoder.layer.{self._first + i}."
+            for key, value in w.items():
+                if key.startswith(prefix):
+                    base[f"{i}.{key[len(prefix) :]}"] = value.T if value.ndim == 2 else value
+        state = unpack_tuned(tuned_arrays, base)
+        self._tuned = {k: np.ascontiguousarray(v.T) if v.ndim == 2 else v for k, v in state.items()}
+
+    def vectors(self, texts: Sequence[str], tuned: np.ndarray, batch: int = 32) -> np.ndarray:
+        from clef_pipelines.embedding.minilm_numpy import (
+            _one_blas_thread,
+            attention_bias,
+            bert_layer,
+            embed_tokens,
+            mean_pooled,
+            token_batch,
+        )
+
+        w = self._embedder._load()
+        tokenizer = self._embedder._tok
+        picks_all = np.asarray(tuned, dtype=bool)
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        limiter = _one_blas_thread()
+        with limiter if limiter is not None else contextlib.nullcontext():
+            for start in range(0, len(order), batch):
+                rows = order[start : start + batch]
+                ids, mask = token_batch(tokenizer, [texts[i] for i in rows])
+                bias = attention_bias(mask)
+                x = embed_tokens(w, ids)
+                for i in range(self._first):
+                    x = bert_layer(w, f"encoder.layer.{i}.", x, bias)
+                picks = picks_all[rows]
+                for chosen, tuned_top in ((~picks, False), (picks, True)):
+                    if not chosen.any():
+                        continue
+                    h, b = x[chosen], bias[chosen]
+                    for i in range(self.count):
+                        if tuned_top:
+                            h = bert_layer(self._tuned, f"{i}.", h, b)
+                        else:
+                            h = bert_layer(w, f"encoder.layer.{self._first + i}.", h, b)
+                    out[rows[chosen]] = mean_pooled(h, mask[chosen])
+        return out

@@ -28,7 +28,7 @@ def test_same_vectors_as_the_numpy_minilm() -> None:
     from clef_pipelines.embedding.minilm import MiniLMEmbedder
     from clef_pipelines.embedding.minilm_numpy import NumpyMiniLMEmbedder
 
-    a = MiniLMEmbedder(batch_size=4).embed(TEXTS)
+    a = MiniLMEmbedder(batch_size=4, small_work_tokens=0).embed(TEXTS)  # torch
     b = NumpyMiniLMEmbedder(batch_size=4).embed(TEXTS)
     assert a.shape == b.shape == (len(TEXTS), 384)
     assert a.dtype == np.float32
@@ -45,7 +45,7 @@ def test_same_vectors_and_layer_names_as_sentence_transformers() -> None:
     expected = reference.encode(
         TEXTS, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
     )
-    embedder = MiniLMEmbedder()
+    embedder = MiniLMEmbedder(small_work_tokens=0)  # torch
     assert np.abs(embedder.embed(TEXTS) - expected).max() < 1e-5
     # The layers' parameters are named as transformers' BertLayer names them, so the guard's
     # tuned deltas (keyed that way) load into either.
@@ -68,12 +68,40 @@ def test_minilm_embedder_keeps_its_identity() -> None:
     assert e.embed([]).shape == (0, 384)
 
 
+def test_small_work_runs_on_numpy_and_large_work_on_torch() -> None:
+    """A few texts go to the numpy MiniLM while no torch model is loaded (a small refresh never
+    imports torch); more word pieces than `small_work_tokens`, or any work once torch's model
+    is loaded, go to torch. Both give the same vectors. In a fresh interpreter: this one may
+    have loaded torch's model already."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import numpy as np
+        from clef_pipelines.embedding.minilm import MiniLMEmbedder
+        texts = ["How do I limit upload bandwidth?", "a", "Cells divide."]
+        small = MiniLMEmbedder(small_work_tokens=64)
+        a = small.embed(texts)
+        assert "torch" not in sys.modules
+        assert not small.small_work(["word " * 100])  # over 64 pieces
+        b = MiniLMEmbedder(small_work_tokens=0).embed(texts)  # torch
+        assert "torch" in sys.modules
+        assert not small.small_work(texts)  # torch's model is loaded now
+        assert np.abs(a - b).max() < 1e-5
+        heavy = {"sentence_transformers", "transformers"}
+        print(sorted(heavy & {m.split(".")[0] for m in sys.modules}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_embedding_imports_neither_sentence_transformers_nor_transformers() -> None:
     code = textwrap.dedent(
         """
         import sys
         from clef_pipelines.embedding.minilm import MiniLMEmbedder
-        v = MiniLMEmbedder().embed(["x", "a second text"])
+        v = MiniLMEmbedder(small_work_tokens=0).embed(["x", "a second text"])  # torch
         assert v.shape == (2, 384)
         heavy = {"sentence_transformers", "transformers", "sklearn", "scipy", "PIL"}
         print(sorted(heavy & {m.split(".")[0] for m in sys.modules}))

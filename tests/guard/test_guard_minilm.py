@@ -28,9 +28,41 @@ def guard():  # type: ignore[no-untyped-def]
     return g
 
 
-def test_scores_unchanged_from_the_sentence_transformers_path(guard) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("path", ["torch", "numpy"])
+def test_scores_unchanged_from_the_sentence_transformers_path(
+    guard,  # type: ignore[no-untyped-def]
+    path: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both MiniLM paths: torch (large work) and numpy (small work, no torch import)."""
+    from clef_pipelines.guard.model import _MiniLM
+
+    monkeypatch.setattr(_MiniLM, "small", classmethod(lambda cls, texts: path == "numpy"))
+    embedder = _MiniLM.embedder()
+    monkeypatch.setattr(embedder, "small_work", lambda texts: path == "numpy")
     scores = guard.score(REFERENCE["texts"])
     assert np.abs(scores - np.array(REFERENCE["scores"])).max() < 1e-4
+
+
+def test_numpy_and_torch_guard_vectors_agree(guard) -> None:  # type: ignore[no-untyped-def]
+    """The numpy guard encoder (bottom layers once, then MiniLM's top or the tuned top) gives
+    the torch encoder's vectors, both kinds of window in one batch."""
+    from clef_pipelines.guard.model import _MiniLM
+
+    if not guard.tuned_layers:
+        pytest.skip("these weights have no tuned layers")
+    texts = REFERENCE["texts"]
+    tuned = np.arange(len(texts)) % 3 != 0
+    numpy_encoder = _MiniLM.numpy_tuned(
+        guard._tuned_arrays, guard.tuned_layers, guard.weights_version
+    )
+    a = numpy_encoder.vectors(texts, tuned, batch=8)
+    b = guard.encoder().vectors(texts, tuned)
+    assert np.abs(a - b).max() < 1e-5
+    plain = (
+        _MiniLM.embedder()._load().encode([t for t, k in zip(texts, tuned, strict=True) if not k])
+    )
+    assert np.abs(a[~tuned] - plain).max() < 1e-5
 
 
 def test_tuned_vectors_match_transformers_bert_layers(guard) -> None:  # type: ignore[no-untyped-def]
