@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from clef_pipelines.embedding.base import Embedder, EmbedderError
+from clef_pipelines.embedding.minilm_numpy import MODEL_NAME
 
-MODEL_NAME = "all-MiniLM-L6-v2"
+__all__ = ["MODEL_NAME", "SMALL_WORK_TOKENS", "MiniLMEmbedder", "numpy_minilm"]
 
 # MiniLM loaded once per process and device, whoever asks: the embedder and the offline guard
 # (which reads the same weights) share one model instead of holding two (issue 56).

@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from clef_pipelines.embedding.base import Embedder, EmbedderError
-from clef_pipelines.embedding.minilm import MODEL_NAME
 
+#: The model's name, also `MiniLMEmbedder`'s (this module is the lower of the two).
+MODEL_NAME = "all-MiniLM-L6-v2"
 _LAYERS = 6
 _HEADS = 12
 _EPS = 1e-12

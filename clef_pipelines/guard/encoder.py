@@ -94,7 +94,8 @@ def run_layers(layers: Any, x: Any, extended: Any) -> Any:
 
 
 def mean_pooled(x: Any, mask: Any) -> Any:
-    """sentence-transformers' vector for all-MiniLM-L6-v2: the tokens' mean, unit length."""
+    """sentence-transformers' vector for all-MiniLM-L6-v2: the tokens' mean, unit length
+    (the layers' output as transformers' or ``minilm_torch``'s layers give it)."""
     import torch
 
     mask = mask.float()
