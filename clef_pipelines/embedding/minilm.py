@@ -43,7 +43,8 @@ def numpy_minilm() -> Any:
         if not _NUMPY:
             from clef_pipelines.embedding.minilm_numpy import NumpyMiniLMEmbedder
 
-            embedder = NumpyMiniLMEmbedder(batch_size=32)
+            # Batches of 8: a batch of 32 texts of 256 pieces held some 230 MB of activations.
+            embedder = NumpyMiniLMEmbedder(batch_size=8)
             embedder._load()
             _NUMPY.append(embedder)
         return _NUMPY[0]

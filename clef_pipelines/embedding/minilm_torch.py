@@ -206,9 +206,26 @@ def load_tokenizer(root: Path):  # type: ignore[no-untyped-def]
     return tok
 
 
-def by_length(texts: Sequence[str]) -> np.ndarray:
-    """Indices of ``texts``, longest first (stable), so that a batch pads little."""
-    return np.argsort([-len(t) for t in texts], kind="stable")
+#: A batch holds at most this many padded word pieces (64 texts of 128, 32 of 256): the
+#: attention scores and the intermediate activations of a batch are what the peak memory of an
+#: ingest is made of (64 texts of 256 pieces: about 200 MB of attention scores alone).
+MAX_BATCH_TOKENS = 8192
+
+
+def token_batches(
+    lengths: Sequence[int], batch_size: int, max_tokens: int = MAX_BATCH_TOKENS
+) -> list[np.ndarray]:
+    """Rows grouped into batches, longest first: at most ``batch_size`` rows and at most
+    ``max_tokens`` padded word pieces a batch (one row at least)."""
+    order = np.argsort([-n for n in lengths], kind="stable")
+    out: list[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        longest = max(1, int(lengths[order[start]]))
+        size = max(1, min(batch_size, max_tokens // longest))
+        out.append(order[start : start + size])
+        start += size
+    return out
 
 
 class TorchMiniLM:
@@ -225,10 +242,9 @@ class TorchMiniLM:
         out = np.zeros((len(texts), HIDDEN), dtype=np.float32)
         if not texts:
             return out
-        order = by_length(texts)
+        lengths = [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
         with torch.inference_mode():
-            for start in range(0, len(order), batch_size):
-                rows = order[start : start + batch_size]
+            for rows in token_batches(lengths, batch_size):
                 ids, mask = token_batch(self.tokenizer, [texts[i] for i in rows])
                 vec = self.model(
                     torch.from_numpy(ids).to(self.device), torch.from_numpy(mask).to(self.device)
@@ -244,10 +260,10 @@ __all__ = [
     "MiniLM",
     "TorchMiniLM",
     "additive_mask",
-    "by_length",
     "load_model",
     "load_tokenizer",
     "mean_pooled",
     "model_dir",
     "token_batch",
+    "token_batches",
 ]

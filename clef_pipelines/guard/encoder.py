@@ -141,21 +141,20 @@ def shared_bottom_vectors(
     k encoders cost the bottom layers once instead of k times."""
     import torch
 
-    from clef_pipelines.embedding.minilm_torch import token_batch
+    from clef_pipelines.embedding.minilm_torch import token_batch, token_batches
 
     first = encoders[0]
     if any(e._bert is not first._bert or e.count != first.count for e in encoders):
         raise ValueError("shared_bottom_vectors: the encoders must share one MiniLM and depth")
     outs = [np.zeros((len(texts), 384), dtype=np.float32) for _ in encoders]
-    # By length, so that a batch pads little.
-    order = np.argsort([len(t) for t in texts], kind="stable")
     tokenizer = first._minilm.tokenizer
+    # By length, so that a batch pads little; capped in padded word pieces (peak memory).
+    lengths = [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
     with contextlib.ExitStack() as held, torch.inference_mode():
         # Each lock once, in one order, so that two callers cannot wait on each other.
         for _, lock in sorted({id(e._lock): e._lock for e in encoders}.items()):
             held.enter_context(lock)
-        for start in range(0, len(order), batch):
-            rows = order[start : start + batch]
+        for rows in token_batches(lengths, batch):
             ids, mask_np = token_batch(tokenizer, [texts[i] for i in rows])
             mask = torch.from_numpy(mask_np).to(first._device)
             extended = additive_mask(mask)
@@ -197,7 +196,7 @@ class NumpyGuardEncoder:
         state = unpack_tuned(tuned_arrays, base)
         self._tuned = {k: np.ascontiguousarray(v.T) if v.ndim == 2 else v for k, v in state.items()}
 
-    def vectors(self, texts: Sequence[str], tuned: np.ndarray, batch: int = 32) -> np.ndarray:
+    def vectors(self, texts: Sequence[str], tuned: np.ndarray, batch: int = 8) -> np.ndarray:
         from clef_pipelines.embedding.minilm_numpy import (
             _one_blas_thread,
             attention_bias,

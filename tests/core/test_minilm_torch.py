@@ -110,3 +110,14 @@ def test_embedding_imports_neither_sentence_transformers_nor_transformers() -> N
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_batches_are_capped_in_padded_word_pieces() -> None:
+    from clef_pipelines.embedding.minilm_torch import token_batches
+
+    lengths = [256, 10, 256, 128, 12, 11]
+    batches = token_batches(lengths, batch_size=4, max_tokens=512)
+    assert sorted(int(i) for b in batches for i in b) == list(range(6))  # every row once
+    for b in batches:
+        assert len(b) <= 4 and (len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 512)
+    assert [list(b) for b in batches][0] == [0, 2]  # longest first
