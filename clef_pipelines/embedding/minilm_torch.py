@@ -206,10 +206,12 @@ def load_tokenizer(root: Path):  # type: ignore[no-untyped-def]
     return tok
 
 
-#: A batch holds at most this many padded word pieces (64 texts of 128, 32 of 256): the
-#: attention scores and the intermediate activations of a batch are what the peak memory of an
-#: ingest is made of (64 texts of 256 pieces: about 200 MB of attention scores alone).
-MAX_BATCH_TOKENS = 8192
+#: A batch holds at most this many padded word pieces (64 texts of 32, 8 of 256): a batch's
+#: attention scores and activations are what an ingest's peak memory is made of. Measured
+#: (256 SciFact abstracts after the model's load at 368 MB, load average 7): a cap of 8,192
+#: peaked at 665 and 680 MB (4.9 and 4.7 texts/s), 4,096 at 630 MB (4.1), 2,048 at 508 and
+#: 485 MB (3.3 and 4.6): throughput within the noise, 150 to 200 MB less at the peak.
+MAX_BATCH_TOKENS = 2048
 
 
 def token_batches(
@@ -244,7 +246,7 @@ class TorchMiniLM:
             return out
         lengths = [len(e.ids) for e in self.tokenizer.encode_batch(list(texts))]
         with torch.inference_mode():
-            for rows in token_batches(lengths, batch_size):
+            for rows in token_batches(lengths, batch_size, MAX_BATCH_TOKENS):
                 ids, mask = token_batch(self.tokenizer, [texts[i] for i in rows])
                 vec = self.model(
                     torch.from_numpy(ids).to(self.device), torch.from_numpy(mask).to(self.device)
