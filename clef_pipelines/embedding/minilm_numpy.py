@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from clef_pipelines.embedding.base import Embedder, EmbedderError
-from clef_pipelines.embedding.minilm import MODEL_NAME
 
+#: The model's name, also `MiniLMEmbedder`'s (this module is the lower of the two).
+MODEL_NAME = "all-MiniLM-L6-v2"
 _LAYERS = 6
 _HEADS = 12
 _EPS = 1e-12
@@ -112,6 +113,79 @@ def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (x - mean) / np.sqrt(var + _EPS) * w + b
 
 
+def embed_tokens(w: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """BERT's embeddings of a padded (batch, tokens) id array: word + position + token type
+    0, then LayerNorm."""
+    length = ids.shape[1]
+    x = (
+        w["embeddings.word_embeddings.weight"][ids]
+        + w["embeddings.position_embeddings.weight"][:length][None]
+        + w["embeddings.token_type_embeddings.weight"][0]
+    )
+    return _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+
+
+def attention_bias(mask: np.ndarray) -> np.ndarray:
+    """The additive (batch, 1, 1, tokens) attention bias of a 0/1 mask: padding positions
+    get -inf-like scores so they take no attention."""
+    return np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
+
+
+def bert_layer(w: dict[str, np.ndarray], p: str, x: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """One BERT layer, its parameters ``w[p + name]`` under transformers' BertLayer names
+    (``attention.self.query.weight`` ...), each matrix stored transposed (``x @ W``)."""
+    n, length, _ = x.shape
+    head = 384 // _HEADS
+
+    def proj(t: np.ndarray, name: str) -> np.ndarray:
+        out = t @ w[p + name + ".weight"]
+        out += w[p + name + ".bias"]  # in place: the same sums, one array fewer
+        return out
+
+    def split(t: np.ndarray) -> np.ndarray:
+        return t.reshape(n, length, _HEADS, head).transpose(0, 2, 1, 3)
+
+    q = split(proj(x, "attention.self.query"))
+    k = split(proj(x, "attention.self.key"))
+    v = split(proj(x, "attention.self.value"))
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head) + bias
+    scores -= scores.max(-1, keepdims=True)
+    probs = np.exp(scores)
+    probs /= probs.sum(-1, keepdims=True)
+    ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(n, length, 384)
+    x = _layer_norm(
+        proj(ctx, "attention.output.dense") + x,
+        w[p + "attention.output.LayerNorm.weight"],
+        w[p + "attention.output.LayerNorm.bias"],
+    )
+    h = proj(x, "intermediate.dense")
+    h = 0.5 * h * (1.0 + _erf(h / _SQRT2))
+    return _layer_norm(
+        proj(h, "output.dense") + x,
+        w[p + "output.LayerNorm.weight"],
+        w[p + "output.LayerNorm.bias"],
+    )
+
+
+def mean_pooled(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """sentence-transformers' vector: the tokens' mean over the mask, unit length."""
+    m = mask[..., None].astype(np.float32)
+    pooled = (x * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+    return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+
+def token_batch(tokenizer, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+    """Token ids and the 0/1 attention mask of ``texts``, padded to the longest (int64)."""
+    encs = tokenizer.encode_batch(list(texts))
+    length = max(len(e.ids) for e in encs)
+    ids = np.zeros((len(encs), length), dtype=np.int64)
+    mask = np.zeros((len(encs), length), dtype=np.int64)
+    for row, e in enumerate(encs):
+        ids[row, : len(e.ids)] = e.ids
+        mask[row, : len(e.ids)] = 1
+    return ids, mask
+
+
 _BLAS: Any = None
 
 
@@ -196,50 +270,11 @@ class NumpyMiniLMEmbedder(Embedder):
     def _encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         w = self._w
         assert w is not None
-        n, length = ids.shape
-        x = (
-            w["embeddings.word_embeddings.weight"][ids]
-            + w["embeddings.position_embeddings.weight"][:length][None]
-            + w["embeddings.token_type_embeddings.weight"][0]
-        )
-        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-        head = 384 // _HEADS
-        # Padding positions get -inf-like scores so they take no attention.
-        bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9).astype(np.float32)
+        x = embed_tokens(w, ids)
+        bias = attention_bias(mask)
         for i in range(_LAYERS):
-            p = f"encoder.layer.{i}."
-
-            def proj(t: np.ndarray, name: str, p: str = p) -> np.ndarray:
-                out = t @ w[p + name + ".weight"]
-                out += w[p + name + ".bias"]  # in place: the same sums, one array fewer
-                return out
-
-            def split(t: np.ndarray) -> np.ndarray:
-                return t.reshape(n, length, _HEADS, head).transpose(0, 2, 1, 3)
-
-            q = split(proj(x, "attention.self.query"))
-            k = split(proj(x, "attention.self.key"))
-            v = split(proj(x, "attention.self.value"))
-            scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(head) + bias
-            scores -= scores.max(-1, keepdims=True)
-            probs = np.exp(scores)
-            probs /= probs.sum(-1, keepdims=True)
-            ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(n, length, 384)
-            x = _layer_norm(
-                proj(ctx, "attention.output.dense") + x,
-                w[p + "attention.output.LayerNorm.weight"],
-                w[p + "attention.output.LayerNorm.bias"],
-            )
-            h = proj(x, "intermediate.dense")
-            h = 0.5 * h * (1.0 + _erf(h / _SQRT2))
-            x = _layer_norm(
-                proj(h, "output.dense") + x,
-                w[p + "output.LayerNorm.weight"],
-                w[p + "output.LayerNorm.bias"],
-            )
-        m = mask[..., None].astype(np.float32)
-        pooled = (x * m).sum(1) / np.maximum(m.sum(1), 1e-9)
-        return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+            x = bert_layer(w, f"encoder.layer.{i}.", x, bias)
+        return mean_pooled(x, mask)
 
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
         self._load()
@@ -259,12 +294,6 @@ class NumpyMiniLMEmbedder(Embedder):
         assert self._tok is not None
         out = []
         for start in range(0, len(texts), self.batch_size):
-            encs = self._tok.encode_batch(list(texts[start : start + self.batch_size]))
-            length = max(len(e.ids) for e in encs)
-            ids = np.zeros((len(encs), length), dtype=np.int64)
-            mask = np.zeros((len(encs), length), dtype=np.int64)
-            for row, e in enumerate(encs):
-                ids[row, : len(e.ids)] = e.ids
-                mask[row, : len(e.ids)] = 1
+            ids, mask = token_batch(self._tok, texts[start : start + self.batch_size])
             out.append(self._encode(ids, mask))
         return np.concatenate(out).astype(np.float32)

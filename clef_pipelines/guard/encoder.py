@@ -94,7 +94,8 @@ def run_layers(layers: Any, x: Any, extended: Any) -> Any:
 
 
 def mean_pooled(x: Any, mask: Any) -> Any:
-    """sentence-transformers' vector for all-MiniLM-L6-v2: the tokens' mean, unit length."""
+    """sentence-transformers' vector for all-MiniLM-L6-v2: the tokens' mean, unit length
+    (the layers' output as transformers' or ``minilm_torch``'s layers give it)."""
     import torch
 
     mask = mask.float()
@@ -103,18 +104,18 @@ def mean_pooled(x: Any, mask: Any) -> Any:
 
 
 class GuardEncoder:
-    """MiniLM (a loaded sentence-transformers model) with its top layers tuned.
+    """MiniLM (a loaded ``minilm_torch.TorchMiniLM``) with its top layers tuned.
 
     ``vectors(texts, tuned)`` gives each text's pooled unit vector, through the tuned top
     layers where ``tuned`` is set and MiniLM's own otherwise (those equal
     ``MiniLMEmbedder``'s vectors)."""
 
-    def __init__(self, sentence_model: Any, tuned_arrays: dict[str, np.ndarray], count: int):
+    def __init__(self, minilm: Any, tuned_arrays: dict[str, np.ndarray], count: int):
         import torch
 
-        self._transformer = sentence_model[0]
-        self._bert = self._transformer.auto_model
-        self._max_length = int(sentence_model.max_seq_length)
+        self._minilm = minilm
+        self._bert = minilm.model
+        self._max_length = int(minilm.max_length)
         self.count = count
         layers = self._bert.encoder.layer
         self._bottom = layers[: len(layers) - count]
@@ -140,31 +141,24 @@ def shared_bottom_vectors(
     k encoders cost the bottom layers once instead of k times."""
     import torch
 
+    from clef_pipelines.embedding.minilm_torch import token_batch, token_batches
+
     first = encoders[0]
     if any(e._bert is not first._bert or e.count != first.count for e in encoders):
         raise ValueError("shared_bottom_vectors: the encoders must share one MiniLM and depth")
     outs = [np.zeros((len(texts), 384), dtype=np.float32) for _ in encoders]
-    # By length, so that a batch pads little.
-    order = np.argsort([len(t) for t in texts], kind="stable")
-    tokenizer = first._transformer.tokenizer
+    tokenizer = first._minilm.tokenizer
+    # By length, so that a batch pads little; capped in padded word pieces (peak memory).
+    lengths = [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
     with contextlib.ExitStack() as held, torch.inference_mode():
         # Each lock once, in one order, so that two callers cannot wait on each other.
         for _, lock in sorted({id(e._lock): e._lock for e in encoders}.items()):
             held.enter_context(lock)
-        for start in range(0, len(order), batch):
-            rows = order[start : start + batch]
-            enc = tokenizer(
-                [texts[i] for i in rows],
-                padding=True,
-                truncation=True,
-                max_length=first._max_length,
-                return_tensors="pt",
-            ).to(first._device)
-            mask = enc["attention_mask"]
+        for rows in token_batches(lengths, batch):
+            ids, mask_np = token_batch(tokenizer, [texts[i] for i in rows])
+            mask = torch.from_numpy(mask_np).to(first._device)
             extended = additive_mask(mask)
-            x = first._bert.embeddings(
-                input_ids=enc["input_ids"], token_type_ids=enc.get("token_type_ids")
-            )
+            x = first._bert.embeddings(torch.from_numpy(ids).to(first._device))
             x = run_layers(first._bottom, x, extended)
             picks = torch.as_tensor(np.asarray(tuned, dtype=bool)[rows], device=first._device)
             if bool((~picks).any()):
@@ -179,3 +173,62 @@ def shared_bottom_vectors(
                         mean_pooled(h, mask[picks]).float().cpu().numpy()
                     )
     return outs
+
+
+class NumpyGuardEncoder:
+    """``GuardEncoder`` on the numpy MiniLM (``embedding.minilm_numpy``), for small work: the
+    bottom layers once, then MiniLM's own top layers or the tuned ones, without torch. The
+    same vectors as ``GuardEncoder`` to about 1e-6 (``tests/guard/test_guard_minilm.py``)."""
+
+    def __init__(self, embedder: Any, tuned_arrays: dict[str, np.ndarray], count: int):
+        w = embedder._load()
+        self._embedder = embedder
+        self.count = count
+        self._first = MINILM_LAYERS - count
+        # The numpy MiniLM keeps each matrix transposed (``x @ W``); the stored deltas are
+        # keyed and shaped as transformers' BertLayer (``W`` as ``nn.Linear`` holds it).
+        base: dict[str, np.ndarray] = {}
+        for i in range(count):
+            prefix = f"encoder.layer.{self._first + i}."
+            for key, value in w.items():
+                if key.startswith(prefix):
+                    base[f"{i}.{key[len(prefix) :]}"] = value.T if value.ndim == 2 else value
+        state = unpack_tuned(tuned_arrays, base)
+        self._tuned = {k: np.ascontiguousarray(v.T) if v.ndim == 2 else v for k, v in state.items()}
+
+    def vectors(self, texts: Sequence[str], tuned: np.ndarray, batch: int = 8) -> np.ndarray:
+        from clef_pipelines.embedding.minilm_numpy import (
+            _one_blas_thread,
+            attention_bias,
+            bert_layer,
+            embed_tokens,
+            mean_pooled,
+            token_batch,
+        )
+
+        w = self._embedder._load()
+        tokenizer = self._embedder._tok
+        picks_all = np.asarray(tuned, dtype=bool)
+        out = np.zeros((len(texts), 384), dtype=np.float32)
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        limiter = _one_blas_thread()
+        with limiter if limiter is not None else contextlib.nullcontext():
+            for start in range(0, len(order), batch):
+                rows = order[start : start + batch]
+                ids, mask = token_batch(tokenizer, [texts[i] for i in rows])
+                bias = attention_bias(mask)
+                x = embed_tokens(w, ids)
+                for i in range(self._first):
+                    x = bert_layer(w, f"encoder.layer.{i}.", x, bias)
+                picks = picks_all[rows]
+                for chosen, tuned_top in ((~picks, False), (picks, True)):
+                    if not chosen.any():
+                        continue
+                    h, b = x[chosen], bias[chosen]
+                    for i in range(self.count):
+                        if tuned_top:
+                            h = bert_layer(self._tuned, f"{i}.", h, b)
+                        else:
+                            h = bert_layer(w, f"encoder.layer.{self._first + i}.", h, b)
+                    out[rows[chosen]] = mean_pooled(h, mask[chosen])
+        return out

@@ -254,10 +254,16 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 class _MiniLM:
-    """all-MiniLM-L6-v2 loaded once per process, whatever embedder the collection uses."""
+    """all-MiniLM-L6-v2 loaded once per process, whatever embedder the collection uses.
+
+    Small work (``MiniLMEmbedder.small_work``: a few thousand word pieces while torch's model
+    is not loaded) runs on the numpy MiniLM, so that screening the windows of a few changed
+    documents never imports torch; the two give the same scores to about 1e-6."""
 
     _lock = threading.Lock()
     _embedder = None
+    #: ``NumpyGuardEncoder`` per weights version.
+    _numpy_tuned: dict[str, object] = {}
 
     @classmethod
     def embedder(cls):  # type: ignore[no-untyped-def]
@@ -268,7 +274,7 @@ class _MiniLM:
 
                 embedder = MiniLMEmbedder(batch_size=64)
                 try:
-                    embedder._load()
+                    embedder.check()  # the torch model itself loads on first large work
                 except EmbedderError as exc:
                     raise GuardError(f"the injection guard needs MiniLM: {exc}") from exc
                 cls._embedder = embedder
@@ -278,13 +284,36 @@ class _MiniLM:
     def embed(cls, texts: Sequence[str]) -> np.ndarray:
         return cls.embedder().embed(list(texts))
 
+    @classmethod
+    def small(cls, texts: Sequence[str]) -> bool:
+        """Whether ``texts`` are small work, for the numpy MiniLM."""
+        return cls.embedder().small_work(texts)
 
-def tuned_encoder(arrays: dict[str, np.ndarray], layers: int, version: str):  # type: ignore[no-untyped-def]
+    @classmethod
+    def numpy_tuned(cls, arrays: dict[str, np.ndarray], layers: int, version: str):  # type: ignore[no-untyped-def]
+        with cls._lock:
+            encoder = cls._numpy_tuned.get(version)
+        if encoder is None:
+            encoder = tuned_encoder(arrays, layers, version, numpy=True)
+            with cls._lock:
+                encoder = cls._numpy_tuned.setdefault(version, encoder)
+        return encoder
+
+
+def tuned_encoder(  # type: ignore[no-untyped-def]
+    arrays: dict[str, np.ndarray], layers: int, version: str, numpy: bool = False
+):
     """MiniLM (the guard's loaded copy) with the top ``layers`` tuned as ``arrays`` store
-    them (``guard_encoder.GuardEncoder``); ``version`` names the weights in an error."""
-    from clef_pipelines.guard.encoder import GuardEncoder
+    them (``guard_encoder.GuardEncoder``, or with ``numpy`` ``NumpyGuardEncoder`` on the numpy
+    MiniLM, without torch); ``version`` names the weights in an error."""
+    from clef_pipelines.guard.encoder import GuardEncoder, NumpyGuardEncoder
 
     try:
+        if numpy:
+            from clef_pipelines.embedding.minilm import numpy_minilm
+
+            _MiniLM.embedder()  # the extra is checked
+            return NumpyGuardEncoder(numpy_minilm(), arrays, layers)
         return GuardEncoder(_MiniLM.embedder()._load(), arrays, layers)
     except GuardError:
         raise
@@ -424,7 +453,13 @@ class InjectionGuard:
         the weights have them), sentence-prefix windows through MiniLM as it ships."""
         if not self.tuned_layers:
             return _MiniLM.embed(windows)
-        return self.encoder().vectors(list(windows), ~np.asarray(prefix, dtype=bool))
+        tuned = ~np.asarray(prefix, dtype=bool)
+        if _MiniLM.small(windows):
+            encoder = _MiniLM.numpy_tuned(
+                self._tuned_arrays, self.tuned_layers, self.weights_version
+            )
+            return encoder.vectors(list(windows), tuned)
+        return self.encoder().vectors(list(windows), tuned)
 
     # -- stages ---------------------------------------------------------------------------
 

@@ -196,7 +196,7 @@ class RetrievalConfig(StrictModel):
     query_embedder: Literal["numpy", "torch"] = Field(
         "numpy",
         description="How queries run the minilm embedder: numpy (same vectors, no torch "
-        "import: a fast cold start) or torch (sentence-transformers).",
+        "import: a fast cold start) or torch (the same model on plain torch).",
     )
     mode: RecallMode = Field(
         "hybrid",

@@ -567,6 +567,11 @@ def query_embedder(settings: Settings, config: RetrievalConfig) -> Embedder:
         from clef_pipelines.embedding.minilm_numpy import NumpyMiniLMEmbedder
 
         return NumpyMiniLMEmbedder()
+    if settings.embedder.kind == "minilm":
+        from clef_pipelines.embedding.minilm import MiniLMEmbedder
+
+        # "torch" means torch: not the numpy MiniLM the embedder gives small work.
+        return MiniLMEmbedder(batch_size=settings.embedder.batch_size, small_work_tokens=0)
     from clef_pipelines.embedding import make_embedder
 
     return make_embedder(settings.embedder)

@@ -120,9 +120,11 @@ class TokenCache:
 
     @staticmethod
     def _embed(work: Path, texts: list[str]) -> None:
-        from clef_pipelines.embedding.minilm import MiniLMEmbedder
+        from sentence_transformers import SentenceTransformer
 
-        model = MiniLMEmbedder()._load()
+        from clef_pipelines.embedding.minilm_torch import model_dir
+
+        model = SentenceTransformer(str(model_dir()))
         offsets, parts = [0], []
         started = time.perf_counter()
         for start in range(0, len(texts), 1024):

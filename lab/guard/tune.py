@@ -17,6 +17,7 @@ the trained layers: on 2 CPU cores about 6 minutes per epoch for the top 3 layer
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 import sys
 import time
@@ -53,11 +54,16 @@ class TuneSettings:
     doc_weight: float = 1.0
 
 
+@functools.cache
 def minilm_model() -> Any:
-    """all-MiniLM-L6-v2's transformer (the guard's own loaded copy, ``guard._MiniLM``)."""
-    from clef_pipelines.guard.model import _MiniLM
+    """all-MiniLM-L6-v2's transformer as sentence-transformers loads it (transformers'
+    BertModel and tokenizer), for training: the package runs MiniLM on plain torch
+    (``embedding.minilm_torch``, the same parameter names), so the lab loads its own."""
+    from sentence_transformers import SentenceTransformer
 
-    return _MiniLM.embedder()._load()[0]
+    from clef_pipelines.embedding.minilm_torch import model_dir
+
+    return SentenceTransformer(str(model_dir()), device="cpu")[0]
 
 
 # -- training data --------------------------------------------------------------------------

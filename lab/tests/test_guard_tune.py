@@ -53,7 +53,7 @@ def sentence_model():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def base(sentence_model) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
-    return base_state(sentence_model[0].auto_model, 2)
+    return base_state(sentence_model.model, 2)
 
 
 def perturbed(
@@ -139,7 +139,7 @@ def test_shared_bottom_gives_each_encoder_its_own_vectors(sentence_model, base) 
 
 def test_shared_bottom_needs_one_minilm_and_depth(sentence_model, base) -> None:  # type: ignore[no-untyped-def]
     two = GuardEncoder(sentence_model, pack_tuned(base, base), 2)
-    bert = sentence_model[0].auto_model
+    bert = sentence_model.model
     one = GuardEncoder(sentence_model, pack_tuned(base_state(bert, 1), base_state(bert, 1)), 1)
     with pytest.raises(ValueError, match="share one MiniLM and depth"):
         shared_bottom_vectors([two, one], TEXTS, np.ones(len(TEXTS), bool))
@@ -149,7 +149,7 @@ def test_trained_models_share_main_vectors_they_would_compute_alone(tmp_path) ->
     alone = tuned_weights(tmp_path / "tuned.npz")
     shared = gt.Trained.from_file(tmp_path / "tuned.npz")
     unchanged = gt.Trained.from_file(tmp_path / "tuned.npz")
-    bert = _MiniLM.embedder()._load()[0].auto_model
+    bert = _MiniLM.embedder()._load().model
     unchanged.set_tuned(pack_tuned(base_state(bert, 2), base_state(bert, 2)), 2)
     gt.share_main_vectors([shared, unchanged], TEXTS)
     cache = gt.VectorCache(None)
@@ -168,7 +168,7 @@ def tuned_weights(path: Path, seed: int = 0) -> gt.Trained:
     # The head's start, as ``fit`` seeds it (``make_model`` draws from torch's generator).
     torch.manual_seed(seed)
     net = make_model(TuneSettings(layers=2))
-    bert = _MiniLM.embedder()._load()[0].auto_model
+    bert = _MiniLM.embedder()._load().model
     model.set_tuned(pack_tuned(perturbed(layer_state(net), seed=seed), base_state(bert, 2)), 2)
     model.layers = head_layers(net)
     model.threshold = 0.5
@@ -254,7 +254,7 @@ def test_fit_trains_layers_and_head_on_cached_hidden_states(tmp_path: Path) -> N
     before = logits_of([untrained], TEXTS, stage1, cache)
     assert not np.allclose(after, before)
     # Trained layers moved off MiniLM's, under the same names.
-    bert = _MiniLM.embedder()._load()[0].auto_model
+    bert = _MiniLM.embedder()._load().model
     state, base = layer_state(net), base_state(bert, 2)
     assert state.keys() == base.keys()
     assert any(np.abs(state[k] - base[k]).max() > 1e-5 for k in base)
@@ -274,7 +274,7 @@ def test_lora_adapters_fold_into_the_layers_they_adapt(tmp_path: Path) -> None:
         for p in net.adapters:
             p.add_(0.1 * torch.randn_like(p))
     sentence_model = _MiniLM.embedder()._load()
-    bert = sentence_model[0].auto_model
+    bert = sentence_model.model
     encoder = GuardEncoder(
         sentence_model, pack_tuned(layer_state(net), base_state(bert, 1)), settings.layers
     )
@@ -425,7 +425,7 @@ def test_a_soup_averages_tuned_layers_and_head_then_chooses_its_threshold(tmp_pa
     # As the files hold them (the head in float16).
     first = gt.Trained.from_file(tmp_path / "a.npz")
     second = gt.Trained.from_file(tmp_path / "b.npz")
-    bert = _MiniLM.embedder()._load()[0].auto_model
+    bert = _MiniLM.embedder()._load().model
     base = base_state(bert, 2)
     expected = {
         name: (value + unpack_tuned(second.tuned_arrays, base)[name]) / 2
