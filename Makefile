@@ -1,4 +1,4 @@
-.PHONY: demo test test-lab setup-demo setup-test lint ui bench
+.PHONY: demo test test-lab setup-demo setup-test setup-lab lint ui bench
 
 demo: setup-demo
 	bash scripts/demo.sh
@@ -7,7 +7,8 @@ test: setup-test
 	bash scripts/test.sh
 
 # The lab's tests (guard training, data preparation): not the product, run by CI after `make test`.
-test-lab: setup-test
+# Guard training needs sentence-transformers and scikit-learn, which the product does not.
+test-lab: setup-lab
 	bash scripts/test.sh lab/tests
 
 setup-demo:
@@ -15,6 +16,9 @@ setup-demo:
 
 setup-test:
 	bash scripts/setup.sh all,dev
+
+setup-lab:
+	bash scripts/setup.sh all,dev,guard-training
 
 lint:
 	.venv/bin/ruff check clef_pipelines tests bench lab && .venv/bin/ruff format --check clef_pipelines tests bench lab
