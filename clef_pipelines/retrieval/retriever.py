@@ -396,7 +396,8 @@ class Retriever:
             expand = self._expander(coll, screened, result)
         by_clef = clef_judges_instructions(cfg, self.clef, ask_instructs_ai=ask_instructs_ai)
         guard_cfg = self.settings.steering.guard
-        if not screened and not by_clef:
+        guarded = not screened and guard_cfg.mode != "off"
+        if guarded and not by_clef:
             # Nothing screened this collection's text at ingest and Clef will not judge it:
             # the offline guard judges the recalled passages, as compaction does with passages
             # of unknown provenance, so that no planted instruction is shown with Clef off.
@@ -410,7 +411,7 @@ class Retriever:
             expand=expand,
             wave_history=self._wave_history,
         )
-        if not screened and by_clef and result.degraded:
+        if guarded and by_clef and result.degraded:
             await screen_what_clef_left(result, guard_cfg, self.settings.base_dir)
         result.total_ms = (time.perf_counter() - started) * 1e3
         return result
