@@ -1,10 +1,15 @@
-.PHONY: demo test test-lab setup-demo setup-test setup-lab lint ui bench
+.PHONY: demo test test-stress test-lab setup-demo setup-test setup-lab lint ui bench
 
 demo: setup-demo
 	bash scripts/demo.sh
 
 test: setup-test
 	bash scripts/test.sh
+
+# Tests that start many processes at once (concurrent runs of one collection, a real `dagster
+# dev`): run by CI after the suite, one file at a time.
+test-stress: setup-test
+	TEST_MARKERS=stress TEST_WORKERS=0 bash scripts/test.sh
 
 # The lab's tests (guard training, data preparation): not the product, run by CI after `make test`.
 # Guard training needs sentence-transformers and scikit-learn, which the product does not.

@@ -14,4 +14,6 @@ export TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0 DAGSTER_DG_UPDATE_
 # 2-core machine: warm caches, 7 min 22 s with two, 5 min 36 s with three; a fresh clone with
 # a cold eval cache, 6 min 33 s with three, 6 min 14 s with four. TEST_WORKERS=0 runs in this
 # process alone.
-python -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-4}" --dist loadfile "$@"
+# The stress lane (`-m stress`: many processes at once) runs alone after the suite
+# (`make test-stress`), so that its processes do not starve the suite's timed subprocesses.
+python -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-4}" --dist loadfile -m "${TEST_MARKERS:-not stress}" "$@"

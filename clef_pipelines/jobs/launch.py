@@ -25,7 +25,13 @@ from clef_pipelines.ingest.locks import CollectionBusy, collection_lock, held, l
 from clef_pipelines.jobs.ingestion import PARTITIONS, reconcile_partitions, record_project
 from clef_pipelines.jobs.location import build_definitions, build_resources
 from clef_pipelines.jobs.results import SourceRunReport
-from clef_pipelines.jobs.source_runs import HOST_TAG, PID_TAG, SourceBusy, wait_for_source
+from clef_pipelines.jobs.source_runs import (
+    HOST_TAG,
+    PID_TAG,
+    SourceBusy,
+    process_tags,
+    wait_for_source,
+)
 from clef_pipelines.privacy import apply_file_privacy
 
 #: At most one run per source at a time: runs of a partitioned job carry the tag
@@ -252,11 +258,7 @@ def _run_one(
             resources=resources,
             raise_on_error=False,
             run_id=run_id,
-            tags={
-                LAUNCHED_BY_TAG: "cli",
-                PID_TAG: str(os.getpid()),
-                HOST_TAG: socket.gethostname(),
-            },
+            tags={LAUNCHED_BY_TAG: "cli", **process_tags()},
             run_config=run_config(force, force_documents, log_level),
         )
     except (KeyboardInterrupt, dg.DagsterExecutionInterruptedError):

@@ -20,6 +20,8 @@ import dagster as dg
 
 PID_TAG = "clef/pid"
 HOST_TAG = "clef/host"
+#: When the process of ``PID_TAG`` started (``process_started``): a pid can be reused.
+PID_STARTED_TAG = "clef/pid_started"
 PARTITION_TAG = "dagster/partition"
 
 
@@ -35,6 +37,39 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def process_started(pid: int) -> str | None:
+    """When process ``pid`` started, in clock ticks since boot (Linux's /proc); None where
+    that cannot be read. With the pid it names one process: pids are reused (32,768 of them
+    on many Linux machines), and a run left behind by a killed process must not look alive
+    because another process took its pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return fields[19].decode()  # the 22nd field of the whole line: starttime
+    except (OSError, IndexError):
+        return None
+
+
+def process_tags() -> dict[str, str]:
+    """The tags that name the process running a run (for `wait_for_source` and Ctrl-C)."""
+    tags = {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
+    started = process_started(os.getpid())
+    if started is not None:
+        tags[PID_STARTED_TAG] = started
+    return tags
+
+
+def _process_gone(tags: dict[str, str]) -> bool:
+    """Whether the process a run's tags name, on this host, no longer exists."""
+    pid, host = tags.get(PID_TAG), tags.get(HOST_TAG)
+    if not pid or host != socket.gethostname():
+        return False
+    if not _pid_alive(int(pid)):
+        return True
+    started = tags.get(PID_STARTED_TAG)
+    return started is not None and process_started(int(pid)) not in (None, started)
 
 
 def wait_for_source(
@@ -73,8 +108,7 @@ def wait_for_source(
                 or record.create_timestamp >= me.create_timestamp
             ):
                 continue
-            pid, host = run.tags.get(PID_TAG), run.tags.get(HOST_TAG)
-            if pid and host == socket.gethostname() and not _pid_alive(int(pid)):
+            if _process_gone(run.tags):
                 instance.report_run_failed(run, "the process that ran it is gone (killed)")
                 continue
             blocking.append(run.run_id)

@@ -16,6 +16,9 @@ import yaml
 
 from clef_pipelines.config import Settings, load_settings
 
+# Many processes at once: the stress lane (`make test-stress`), after the suite.
+pytestmark = pytest.mark.stress
+
 SOURCES = ("alpha", "beta", "gamma")
 ROUNDS = int(os.environ.get("CLEF_TEST_CONCURRENT_ROUNDS", "20"))
 

@@ -7,9 +7,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from clef_pipelines.assets.ingestion import ingestion_assets
 from tests.ingest.conftest import Workspace
 from tests.ingest.ui import dagster_dev, gql
+
+# Many processes at once: the stress lane (`make test-stress`), after the suite.
+pytestmark = pytest.mark.stress
 
 TERMINAL = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 

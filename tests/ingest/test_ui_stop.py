@@ -17,6 +17,9 @@ import pytest
 from tests.ingest.conftest import REPO, Workspace
 from tests.pg import free_port
 
+# Many processes at once: the stress lane (`make test-stress`), after the suite.
+pytestmark = pytest.mark.stress
+
 
 def _children() -> dict[int, list[int]]:
     """Every live process's children, from /proc (zombies left out: they have stopped)."""
