@@ -9,7 +9,7 @@ test: setup-test
 # Tests that start many processes at once (concurrent runs of one collection, a real `dagster
 # dev`): run by CI after the suite, one file at a time.
 test-stress: setup-test
-	TEST_MARKERS=stress TEST_WORKERS=0 bash scripts/test.sh
+	bash scripts/test-stress.sh
 
 # The lab's tests (guard training, data preparation): not the product, run by CI after `make test`.
 # Guard training needs sentence-transformers and scikit-learn, which the product does not.

@@ -29,6 +29,7 @@ def _ingest(cfg: Path, *args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.stress  # a CLI subprocess timed by the test: the lane after the suite
 def test_an_ingest_waits_for_the_collection_or_fails_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -67,6 +68,7 @@ def test_an_ingest_waits_for_the_collection_or_fails_in_one_line(
     assert "new.md" not in {r["doc_id"] for r in ws.records()}
 
 
+@pytest.mark.stress  # a CLI subprocess timed by the test: the lane after the suite
 def test_two_first_ingests_into_one_collection_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

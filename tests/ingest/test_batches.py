@@ -261,6 +261,7 @@ def test_source_streams_in_batches_and_a_refresh_touches_only_changed_ones(
     assert {r["id"]: r["ingested_at"] for r in records if r["source"] == "sample"} == other_before
 
 
+@pytest.mark.stress  # a CLI subprocess timed by the test: the lane after the suite
 def test_killed_batched_sync_is_repaired_by_a_rerun(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -148,6 +148,7 @@ def test_delete_a_removed_sources_records(workspace: Workspace) -> None:
     assert workspace.records() == []
 
 
+@pytest.mark.stress  # a CLI subprocess timed by the test: the lane after the suite
 def test_ctrl_c_stops_with_one_line_and_a_canceled_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

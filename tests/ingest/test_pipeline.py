@@ -205,6 +205,7 @@ def _cli_env(ws: Workspace) -> dict[str, str]:
     return env
 
 
+@pytest.mark.stress  # a CLI subprocess timed by the test: the lane after the suite
 def test_killed_sync_converges_on_rerun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Reference: a clean ingestion of the edited corpus.
     ref = make_workspace(tmp_path / "ref", monkeypatch, sync_batch_rows=2)
