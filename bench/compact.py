@@ -59,6 +59,7 @@ import httpx
 
 from bench._common import REPO, SCIFACT, bench_cmd, child_env, need_shared
 from bench.ingest_peer import clean_env, tail
+from bench.retrieval import Fake  # the fake System One server in its own process
 
 QUICK = {"runs": 3, "warm_rounds": 10, "cases": 20, "no_peer_install": True}
 
@@ -150,32 +151,6 @@ def cases(n_cases: int, n_passages: int) -> tuple[list[dict[str, Any]], dict[str
         docs = [*rel, *others][: max(n_passages, len(rel))]
         out.append({"claim": claims[qid], "relevant": rel, "docs": docs})
     return out, corpus
-
-
-# --- the fake server (its own process) ------------------------------------------------------
-
-
-class Fake:
-    def __init__(self, latency_ms: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.fake_systemone", "--latency-ms", str(latency_ms)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=clean_env({"PYTHONPATH": str(REPO)}),
-            cwd=REPO,
-        )
-        assert self.proc.stdout is not None
-        self.url = f"http://127.0.0.1:{int(self.proc.stdout.readline())}"
-
-    def reset(self) -> None:
-        httpx.post(f"{self.url}/reset").raise_for_status()
-
-    def stats(self) -> list[dict[str, Any]]:
-        return httpx.get(f"{self.url}/stats").json()["requests"]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 # --- the peer's venv --------------------------------------------------------------------------

@@ -3,13 +3,12 @@ requests per query, counted by the fake System One server on loopback (issue 56)
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 import httpx
 import pytest
 
+from bench.fake_systemone import noul_answer  # the benchmarks' answers: a first wave settles
 from clef_pipelines.retrieval.retriever import Retriever
 from tests.clef.fake_server import FakeServer
 
@@ -19,18 +18,6 @@ TEXTS = [
     f"with a cap in KB/s; note {i} about scheduling and quotas."
     for i in range(24)
 ]
-
-
-def spread(qid: str, question: dict[str, Any], state: Any) -> float | None:
-    """Noul answers spread over [0, 1] by question (a stable hash), never an instruction: as
-    the benchmarks' fake server answers, so that a first wave can settle a query."""
-    if question["type"] != "noul":
-        return None
-    if qid.endswith("instructs_ai"):
-        return 0.02
-    key = qid + json.dumps(question.get("instructions"), sort_keys=True)
-    digest = hashlib.blake2b(key.encode(), digest_size=4).digest()
-    return round(0.02 + 0.96 * int.from_bytes(digest, "little") / 2**32, 4)
 
 
 def counted(fake: FakeServer, ask: Any) -> list[int]:
@@ -48,7 +35,7 @@ def test_the_api_sends_as_many_clef_requests_as_a_warm_retriever(
     answers: str, fake: FakeServer, collection_factory: Any, api_factory: Any
 ) -> None:
     # Small requests, so that one pass over the candidates needs several and waves matter.
-    fake.answer_with(spread if answers == "spread" else None)  # constant: every noul 0.7
+    fake.answer_with(noul_answer if answers == "spread" else None)  # constant: every noul 0.7
     col = collection_factory(
         fake, TEXTS, top_k=24, classify={"passages_per_request": 6}, select={"max_passages": 3}
     )
