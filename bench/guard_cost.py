@@ -113,42 +113,24 @@ def _sources(corpus: Path) -> list[dict[str, str]]:
 
 
 def parsed_blocks(corpus: Path) -> tuple[Any, dict[str, str], int]:
-    """The corpus's blocks as the parse step writes them (a frame), each document's title,
-    and the documents that failed to parse."""
+    """The corpus's blocks as the parse step writes them (`stages._parsed_entry`, the rows of
+    `parsed_blocks`), each document's title, and the documents that failed to parse."""
     import polars as pl
 
     from clef_pipelines.config import Settings, SourceConfig
+    from clef_pipelines.ingest.stages import _parsed_entry
     from clef_pipelines.parsing.loaders import iter_source_entries
-    from clef_pipelines.parsing.parse import parse_document
 
     settings = Settings()
     rows: list[dict[str, Any]] = []
-    titles: dict[str, str] = {}
     failed = 0
-    for source in _sources(corpus):
-        for entry in iter_source_entries(SourceConfig(**source), REPO, settings.parsing):
-            try:
-                doc = entry.load()
-                blocks = parse_document(doc, settings.parsing)
-            except Exception:  # counted, as ingest reports it
-                failed += 1
-                continue
-            titles[doc.doc_id] = doc.title
-            rows += [
-                {
-                    "doc_id": doc.doc_id,
-                    "title": doc.title,
-                    "block_index": i,
-                    "kind": b.kind,
-                    "text": b.text,
-                    "heading_path": list(b.heading_path),
-                    "level": b.level,
-                    "char_start": b.char_start,
-                    "char_end": b.char_end,
-                    "verbatim": bool(getattr(b, "verbatim", False)),
-                }
-                for i, b in enumerate(blocks)
-            ]
+    for spec in _sources(corpus):
+        source = SourceConfig(**spec)
+        for entry in iter_source_entries(source, REPO, settings.parsing):
+            for doc_rows, failure in _parsed_entry(settings, source, entry, ""):
+                rows += doc_rows
+                failed += failure is not None
+    titles = {r["doc_id"]: r["title"] for r in rows}
     return pl.DataFrame(rows), titles, failed
 
 
