@@ -187,9 +187,13 @@ def _nearest_fits(
     """Each candidate's highest cosine similarity to its neighbours, read a ring at a time
     until one reaches the candidate's bar (``judge_in_context``); each text embedded once."""
     vectors: dict[str, np.ndarray] = {}
+    readings: dict[int, str] = {}
 
     def reading(i: int) -> str:
-        return prose_reading(texts[i]) or texts[i]
+        # Each block's prose reading once: a block is read beside up to six candidates.
+        if i not in readings:
+            readings[i] = prose_reading(texts[i]) or texts[i]
+        return readings[i]
 
     def vectors_of(blocks: set[int]) -> None:
         new = list(dict.fromkeys(r for r in map(reading, sorted(blocks)) if r not in vectors))
