@@ -49,12 +49,12 @@ class RayEmbedConfig(StrictModel):
             "batches once it is up, where the cluster has room for it."
         ),
     )
-    replacement_wait_s: float = Field(
-        300.0,
+    actor_start_wait_s: float = Field(
+        600.0,
         gt=0,
         description=(
-            "When every actor is lost: how long to wait for a replacement to start before "
-            "the pass fails."
+            "How long a pass waits with no actor up (at its start, or after every actor was "
+            "lost) before it fails: long enough for an autoscaler to add a node."
         ),
     )
     node_loss_wait_s: float = Field(

@@ -98,9 +98,9 @@ class _Slot:
 
     name: str
     handle: Any
-    #: Usable before it is known to be up: the first actors queue work at once (as Ray does),
-    #: replacements only once up, so that work never waits on one the cluster cannot place.
-    usable: bool
+    #: Takes batches once it is up (has said which node it is on): work never waits on an
+    #: actor the cluster cannot place, and a lost actor's node is known.
+    usable: bool = False
     node_id: str | None = None
     lost: bool = False
     in_flight: set[Any] = field(default_factory=set)  # ObjectRefs
@@ -141,9 +141,15 @@ class RayEmbedPool:
         self._starting: dict[Any, _Slot] = {}  # node_id ref -> actor
         self._lost_nodes: set[str] = set()  # nodes of lost actors not yet counted dead
         self._last_loss = ""
+        # Replacements due, each with the node of the actor it replaces (None: not known)
+        # and when that one was lost; see `_start_due_replacements`.
+        self._owed: list[tuple[str | None, float]] = []
+        self._alive_checked = 0.0
+        self._alive: set[str] = set()
+        self._nodes_at_start = self._alive_nodes()
         try:
             for _ in range(ray_cfg.num_actors):
-                self._start_actor(usable=True)
+                self._start_actor()
         except BaseException:
             self.close()  # the actors already started must not outlive a failed start
             raise
@@ -167,7 +173,7 @@ class RayEmbedPool:
                 self._actor_started(ref)
         return self.placement
 
-    def _start_actor(self, *, usable: bool) -> _Slot:
+    def _start_actor(self) -> _Slot:
         name = f"{EMBED_ACTOR_PREFIX}{self.run_id}-{len(self._slots)}"
         handle = self._actor_cls.options(
             name=name,
@@ -177,18 +183,27 @@ class RayEmbedPool:
             scheduling_strategy=self.settings.scheduling,
             max_restarts=0,  # a lost actor is replaced here, where it is counted
         ).remote(self._payload)
-        slot = _Slot(name=name, handle=handle, usable=usable)
+        slot = _Slot(name=name, handle=handle)
         self._slots.append(slot)
         self._starting[handle.node_id.remote()] = slot
         return slot
 
-    def _actor_started(self, ref: Any) -> None:
+    def _actor_started(self, ref: Any) -> list[tuple[Any, int]]:
+        """Take an actor's answer to `node_id`; returns what `_lose` does if it is lost."""
         slot = self._starting.pop(ref)
         try:
             slot.node_id = self.ray.get(ref)
             slot.usable = not slot.lost
         except self._lost_errors as exc:
-            self._lose(slot, exc)
+            return self._lose(slot, exc)
+        return []
+
+    def _take_node_id(self, slot: _Slot) -> None:
+        for ref, waiting in list(self._starting.items()):
+            if waiting is slot and self.ray.wait([ref], timeout=0)[0]:
+                del self._starting[ref]
+                with contextlib.suppress(*self._lost_errors):
+                    slot.node_id = self.ray.get(ref)
 
     def _free_slot(self) -> _Slot | None:
         free = [
@@ -196,14 +211,25 @@ class RayEmbedPool:
         ]
         return min(free, key=lambda s: len(s.in_flight)) if free else None
 
+    def _alive_nodes(self, max_age_s: float = 0.0) -> set[str]:
+        now = time.monotonic()
+        if now - self._alive_checked >= max_age_s:
+            self._alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
+            self._alive_checked = now
+        return self._alive
+
     def _lose(self, slot: _Slot, exc: BaseException) -> list[tuple[Any, int]]:
         """Mark an actor lost; returns the (ref, batch) it held that had not been taken."""
         if slot.lost:
             return []
+        if getattr(exc, "actor_init_failed", False):
+            # The embedder failed to load in the actor: another actor would fail the same.
+            raise EmbedExecutorError(f"the Ray embedding actor failed to start: {exc}") from exc
         slot.lost = True
         self.counters.actors_lost += 1
-        # Kept for the error if the pass cannot go on (an embedder that fails to load in
-        # the actor shows up here, not as "actors lost").
+        if slot.node_id is None:  # it may have said where it is before it went
+            self._take_node_id(slot)
+        # Kept for the error if the pass cannot go on.
         self._last_loss = f"{type(exc).__name__}: {str(exc)[:800]}"
         if slot.node_id:
             self._lost_nodes.add(slot.node_id)
@@ -212,104 +238,65 @@ class RayEmbedPool:
         refs = list(slot.in_flight)
         slot.in_flight.clear()
         orphans = [(ref, self._in_flight.pop(ref)[0]) for ref in refs]
-        replaced = len(self._slots) - self.settings.num_actors
-        if self.settings.replace_lost_actors and replaced < self.settings.num_actors:
-            self._start_actor(usable=False)
-            self.counters.actors_replaced += 1
+        if self.settings.replace_lost_actors:
+            self._owed.append((slot.node_id, time.monotonic()))
         return orphans
+
+    def _start_due_replacements(self) -> None:
+        """Start the replacements whose lost actor's node the cluster reports dead (or
+        whose node is not known, once some node is), or that waited `node_loss_wait_s`.
+
+        Not at once: the first sign of a lost node is its actors' sockets closing, and the
+        cluster still counts the node alive for its health-check period; a replacement
+        started then may be placed on that same node and be lost with it."""
+        if not self._owed:
+            return
+        budget = self.settings.num_actors * max(1, self.settings.max_batch_retries)
+        alive = self._alive_nodes(max_age_s=0.5)
+        self._count_dead(alive)
+        some_node_died = bool(self._nodes_at_start - alive)
+        now = time.monotonic()
+        owed = []
+        for node, since in self._owed:
+            due = (node not in alive) if node else some_node_died
+            if due or now - since >= self.settings.node_loss_wait_s:
+                if self.counters.actors_replaced < budget:
+                    self._start_actor()
+                    self.counters.actors_replaced += 1
+            else:
+                owed.append((node, since))
+        self._owed = owed
+
+    def _count_dead(self, alive: set[str]) -> None:
+        dead = {n for n in self._lost_nodes if n not in alive}
+        self.counters.nodes_lost += len(dead)
+        self._lost_nodes -= dead
 
     def map(self, batches: Iterable[Sequence[str]]) -> Iterator[np.ndarray]:
         """Embed every batch on the actors; yields the results in batch order."""
-        ray = self.ray
-        source = enumerate(batches)
-        exhausted = False
-        texts: dict[int, list[str]] = {}  # batches taken and not yet yielded
-        results: dict[int, np.ndarray] = {}
-        retry: deque[int] = deque()
-        attempts: dict[int, int] = {}
-        # Batches held at once (in flight, waiting for an earlier one, or to retry): bounds
-        # the memory a slow or retried early batch can make the later ones take.
-        window = 2 * self.settings.num_actors * self.in_flight
-        next_out = 0
-
-        def requeue(orphans: list[tuple[Any, int]]) -> None:
-            # A batch the lost actor finished before it went is taken, not sent again.
-            refs = [ref for ref, _ in orphans]
-            ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
-            for ref, batch in orphans:
-                if ref in ready:
-                    with contextlib.suppress(*self._lost_errors):
-                        results[batch] = ray.get(ref)
-                        continue
-                attempts[batch] = attempts.get(batch, 0) + 1
-                if attempts[batch] > self.settings.max_batch_retries:
-                    raise EmbedExecutorError(
-                        f"embedding batch {batch} was lost with its Ray actor "
-                        f"{attempts[batch]} times (embedder.ray.max_batch_retries="
-                        f"{self.settings.max_batch_retries})"
-                    )
-                self.counters.batches_retried += 1
-                retry.append(batch)
-
+        run = _Pass(self, batches)
         while True:
-            while (slot := self._free_slot()) is not None:
-                if retry:
-                    batch = retry.popleft()
-                elif not exhausted and len(texts) < window:
-                    try:
-                        batch, chunk = next(source)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    texts[batch] = list(chunk)
-                else:
-                    break
-                ref = slot.handle.embed.remote(texts[batch])
-                slot.in_flight.add(ref)
-                self._in_flight[ref] = (batch, slot)
-            if next_out in results:
-                while next_out in results:
-                    del texts[next_out]
-                    yield results.pop(next_out)
-                    next_out += 1
+            run.submit()
+            if run.next_out in run.results:
+                yield from run.in_order()
                 continue  # room in the window again: take more batches first
-            if exhausted and not texts:
+            if run.exhausted and not run.texts:
                 break
-            if not self._in_flight and not self._starting:
-                raise EmbedExecutorError(
-                    "every Ray embedding actor was lost and none can be started "
-                    f"(embedder.ray.replace_lost_actors); last loss: {self._last_loss}"
-                )
+            self._start_due_replacements()
+            run.check_stalled()
             wait_for = list(self._in_flight) + list(self._starting)
-            timeout = None
-            if not self._in_flight:  # only replacements left: wait for one, not forever
-                timeout = self.settings.replacement_wait_s
-            done, _ = ray.wait(wait_for, num_returns=1, timeout=timeout)
+            # Owed replacements are looked at again every half second.
+            timeout = 0.5 if self._owed or not self._in_flight else None
+            done = self.ray.wait(wait_for, num_returns=1, timeout=timeout)[0] if wait_for else []
             if not done:
-                raise EmbedExecutorError(
-                    "every Ray embedding actor was lost and no replacement started within "
-                    f"{self.settings.replacement_wait_s} s (embedder.ray.replacement_wait_s); "
-                    f"last loss: {self._last_loss}"
-                )
+                if not wait_for:
+                    time.sleep(0.5)
+                continue
             # Whatever else finished too: fewer wakeups than one ref at a time.
             rest = [r for r in wait_for if r not in done]
             if rest:
-                done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
-            for ref in done:
-                if ref in self._starting:
-                    self._actor_started(ref)
-                    continue
-                if ref not in self._in_flight:
-                    continue  # its actor was lost earlier in this loop; the batch is requeued
-                batch, slot = self._in_flight[ref]
-                try:
-                    out = ray.get(ref)
-                except self._lost_errors as exc:
-                    requeue(self._lose(slot, exc))
-                    continue
-                del self._in_flight[ref]
-                slot.in_flight.discard(ref)
-                results[batch] = out
+                done += self.ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            run.collect(done)
         self._count_lost_nodes()
 
     __call__ = map
@@ -317,18 +304,12 @@ class RayEmbedPool:
     def _count_lost_nodes(self) -> None:
         """Which nodes of lost actors the cluster reports dead (it notices a dead node within
         its health-check period, so wait a bounded time for it to say so)."""
-        pending = self._lost_nodes
-        if not pending:
-            return
         deadline = time.monotonic() + self.settings.node_loss_wait_s
-        while True:
-            alive = {n["NodeID"] for n in self.ray.nodes() if n.get("Alive")}
-            dead = {n for n in pending if n not in alive}
-            if dead == pending or time.monotonic() >= deadline:
-                break
+        while self._lost_nodes:
+            self._count_dead(self._alive_nodes())
+            if not self._lost_nodes or time.monotonic() >= deadline:
+                break  # what is left: actors lost on a live node (not a lost node)
             time.sleep(0.5)
-        self.counters.nodes_lost += len(dead)
-        self._lost_nodes = pending - dead  # an actor lost on a live node is not a lost node
 
     def close(self) -> None:
         """Cancel what is still queued and kill our actors (never anything else)."""
@@ -349,6 +330,111 @@ class RayEmbedPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Pass:
+    """The state of one `RayEmbedPool.map`: batches taken, results waiting for an earlier
+    batch, batches to send again."""
+
+    def __init__(self, pool: RayEmbedPool, batches: Iterable[Sequence[str]]) -> None:
+        self.pool = pool
+        self.source = enumerate(batches)
+        self.exhausted = False
+        self.texts: dict[int, list[str]] = {}  # batches taken and not yet yielded
+        self.results: dict[int, np.ndarray] = {}
+        self.retry: deque[int] = deque()
+        self.attempts: dict[int, int] = {}
+        # Batches held at once (in flight, waiting for an earlier one, or to retry): bounds
+        # the memory a slow or retried early batch can make the later ones take.
+        self.window = 2 * pool.settings.num_actors * pool.in_flight
+        self.next_out = 0
+        self.stalled_since: float | None = None
+
+    def submit(self) -> None:
+        """Fill the free actors: batches to retry first, then new ones."""
+        pool = self.pool
+        while (slot := pool._free_slot()) is not None:
+            if self.retry:
+                batch = self.retry.popleft()
+            elif not self.exhausted and len(self.texts) < self.window:
+                try:
+                    batch, chunk = next(self.source)
+                except StopIteration:
+                    self.exhausted = True
+                    return
+                self.texts[batch] = list(chunk)
+            else:
+                return
+            ref = slot.handle.embed.remote(self.texts[batch])
+            slot.in_flight.add(ref)
+            pool._in_flight[ref] = (batch, slot)
+
+    def in_order(self) -> Iterator[np.ndarray]:
+        while self.next_out in self.results:
+            del self.texts[self.next_out]
+            yield self.results.pop(self.next_out)
+            self.next_out += 1
+
+    def check_stalled(self) -> None:
+        """Nothing in flight (no actor up yet, or every one lost): wait, but not forever."""
+        pool = self.pool
+        if pool._in_flight:
+            self.stalled_since = None
+            return
+        self.stalled_since = self.stalled_since or time.monotonic()
+        waited = time.monotonic() - self.stalled_since
+        limit = pool.settings.actor_start_wait_s
+        if (pool._starting or pool._owed) and waited <= limit:
+            return
+        if not pool.counters.actors_lost:
+            raise EmbedExecutorError(
+                f"no Ray embedding actor started within {limit} s "
+                "(embedder.ray.actor_start_wait_s): does the cluster have room for one "
+                f"({pool.settings.num_cpus_per_actor} CPU, {pool.num_gpus_per_actor} GPU)?"
+            )
+        raise EmbedExecutorError(
+            f"every Ray embedding actor was lost and no replacement started within {limit} s "
+            "(embedder.ray.replace_lost_actors, actor_start_wait_s); last loss: "
+            f"{pool._last_loss}"
+        )
+
+    def collect(self, done: list[Any]) -> None:
+        pool = self.pool
+        for ref in done:
+            if ref in pool._starting:
+                self.requeue(pool._actor_started(ref))
+                continue
+            if ref not in pool._in_flight:
+                continue  # its actor was lost earlier in this loop; the batch is requeued
+            batch, slot = pool._in_flight[ref]
+            try:
+                out = pool.ray.get(ref)
+            except pool._lost_errors as exc:
+                self.requeue(pool._lose(slot, exc))
+                continue
+            del pool._in_flight[ref]
+            slot.in_flight.discard(ref)
+            self.results[batch] = out
+
+    def requeue(self, orphans: list[tuple[Any, int]]) -> None:
+        """Send a lost actor's batches again; one it finished before it went is taken."""
+        pool = self.pool
+        refs = [ref for ref, _ in orphans]
+        ready = set(pool.ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+        for ref, batch in orphans:
+            if ref in ready:
+                with contextlib.suppress(*pool._lost_errors):
+                    self.results[batch] = pool.ray.get(ref)
+                    continue
+            self.attempts[batch] = self.attempts.get(batch, 0) + 1
+            if self.attempts[batch] > pool.settings.max_batch_retries:
+                raise EmbedExecutorError(
+                    f"embedding batch {batch} was lost with its Ray actor "
+                    f"{self.attempts[batch]} times (embedder.ray.max_batch_retries="
+                    f"{pool.settings.max_batch_retries})"
+                )
+            pool.counters.batches_retried += 1
+            self.retry.append(batch)
 
 
 class LocalRunner:
