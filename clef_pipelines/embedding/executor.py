@@ -308,8 +308,11 @@ class RayEmbedPool:
         while self._lost_nodes:
             self._count_dead(self._alive_nodes())
             if not self._lost_nodes or time.monotonic() >= deadline:
-                break  # what is left: actors lost on a live node (not a lost node)
+                break
             time.sleep(0.5)
+        # What is left: actors lost on a live node (not a lost node); a later pass of the
+        # same pool does not wait for these again.
+        self._lost_nodes.clear()
 
     def close(self) -> None:
         """Cancel what is still queued and kill our actors (never anything else)."""
