@@ -250,6 +250,8 @@ def test_ingestion_run_loses_a_node_mid_embedding(
     meta = report.assets["embeddings"]
     assert meta["nodes_lost"] == 1 and meta["actors_lost"] >= 1
     assert meta["batches_retried"] >= 1
+    summary = report.summary  # what `clef-pipelines ingest` prints
+    assert (summary.nodes_lost, summary.batches_retried) == (1, meta["batches_retried"])
     chunks = report.assets["chunks"]["chunks"]
     assert meta["embedded"] == chunks > 0
 
