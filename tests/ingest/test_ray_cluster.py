@@ -11,8 +11,12 @@ node dead within seconds (a real cluster takes its default ~30 s: `node_loss_wai
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -272,3 +276,53 @@ def test_ingestion_run_loses_a_node_mid_embedding(
             rtol=0,
             atol=1e-6,
         )
+
+
+JOIN_BY_ADDRESS = """
+import json, sys
+from clef_pipelines.config import EmbedderConfig
+from clef_pipelines.embedding.executor import RayEmbedPool
+
+address, namespace = sys.argv[1], sys.argv[2]
+cfg = EmbedderConfig(kind="hash", dimension=32, batch_size=4, executor="ray",
+                     ray={"address": address, "namespace": namespace, "num_cpus_per_actor": 0.5})
+texts = [f"text number {i}" for i in range(40)]
+with RayEmbedPool(cfg) as pool:
+    rows = sum(len(out) for out in pool.map([texts[i:i + 4] for i in range(0, 40, 4)]))
+    placed = sorted(set(pool.wait_placed(timeout=120).values()))
+print(json.dumps({"rows": rows, "nodes": placed}))
+"""
+
+
+def test_joining_by_address_leaves_the_cluster_as_it_was(two_nodes: TwoNodes) -> None:
+    """Another driver joins the running cluster by address (the documented path for a real
+    cluster), embeds, and leaves: the cluster, its nodes and an actor it did not create are
+    all still there, and none of its own actors are."""
+    worker_id = two_nodes.ensure_worker()
+
+    @ray.remote(num_cpus=0)
+    class Bystander:
+        def ping(self) -> str:
+            return "pong"
+
+    by = Bystander.options(
+        name="not-ours", namespace=two_nodes.namespace, lifetime="detached"
+    ).remote()
+    assert ray.get(by.ping.remote()) == "pong"
+    done = subprocess.run(
+        [sys.executable, "-c", JOIN_BY_ADDRESS, two_nodes.cluster.address, two_nodes.namespace],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"rows": 40, "nodes": sorted({two_nodes.head_id, worker_id})}
+    assert {two_nodes.head_id, worker_id} <= two_nodes.alive()
+    assert ray.get(by.ping.remote()) == "pong"
+    deadline = time.monotonic() + 30  # its actors die as it closes; the names go soon after
+    while _embed_actors(two_nodes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _embed_actors(two_nodes)
+    ray.kill(by)

@@ -163,6 +163,15 @@ def test_lost_actor_batches_sent_again(ray_namespace: str) -> None:
     assert _wait_gone(ray_namespace)
 
 
+def test_embedder_that_cannot_load_in_its_actor_fails_the_pass(ray_namespace: str) -> None:
+    """Not a lost actor to replace: the error says why the embedder did not load."""
+    cfg = EmbedderConfig(kind="openai", executor="ray", ray={"namespace": ray_namespace})
+    with RayEmbedPool(cfg) as pool, pytest.raises(EmbedExecutorError, match="base_url"):
+        list(pool.map([["a text"]]))
+    assert pool.counters.actors_replaced == 0
+    assert _wait_gone(ray_namespace)
+
+
 def _wait_gone(namespace: str, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
