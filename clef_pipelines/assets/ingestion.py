@@ -636,6 +636,11 @@ def embeddings(
             "embedder_calls": stats.embedder_calls,
             "embedder_seconds": round(stats.embedder_seconds, 3),
             "over_embedder_window": stats.over_window,
+            # Ray executor: actors and nodes lost mid-pass, and the batches sent again.
+            "actors_lost": stats.actors_lost,
+            "nodes_lost": stats.nodes_lost,
+            "batches_retried": stats.batches_retried,
+            "actors_replaced": stats.actors_replaced,
             **_batch_metadata(embedded_batches),
             "seconds": round(time.perf_counter() - started, 3),
         },
