@@ -86,7 +86,11 @@ def connect(address: str | None, namespace: str, num_cpus: int | None = None) ->
         }
         if address:
             kw["address"] = address
-        else:
+        elif not os.environ.get("RAY_ADDRESS"):
+            # A fresh local instance: without "local", Ray joins whatever cluster another
+            # program last started on this machine (its /tmp/ray session file), with our
+            # num_cpus refused. RAY_ADDRESS, Ray's own convention, still names a cluster.
+            kw["address"] = "local"
             local_ray_env()
             if num_cpus is not None:
                 kw["num_cpus"] = num_cpus
