@@ -199,7 +199,7 @@ def filesystem(location: str, cfg: ObjectStoreConfig | None = None) -> AbstractF
         import fsspec
 
         cls = fsspec.get_filesystem_class(scheme)
-    except ImportError as exc:
+    except ImportError:
         package = _PACKAGES.get(extra or "", "aiohttp")
         hint = f"pip install 'clef-pipelines[{extra}]'" if extra else f"pip install {package}"
         raise ObjectStoreError(

@@ -84,7 +84,9 @@ def iter_entries(
     """`list_entries` one entry at a time."""
     n = 0
     released = source_releases(settings, source).digests(source.name)
-    for entry in iter_source_entries(source, Path(settings.base_dir), settings.parsing):
+    for entry in iter_source_entries(
+        source, Path(settings.base_dir), settings.parsing, settings.object_store
+    ):
         if n % PROGRESS_EVERY == 0:
             progress_report("list", n, 0)  # total unknown until the listing ends
         n += 1
@@ -114,6 +116,10 @@ def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
 
 
 def _files_fingerprint(settings: Settings, source: SourceConfig) -> str:
+    if source.remote:  # the listing's keys and ETags: no object is read
+        from clef_pipelines.parsing.remote import remote_fingerprint
+
+        return remote_fingerprint(source, settings.object_store)
     root = resolve_source_path(source, settings.base_dir)
     if not root.exists():
         return "missing"
@@ -198,7 +204,9 @@ def _parsed_documents(
     document that failed, then a failure per wanted document never found."""
     total = len(wanted)
     released = source_releases(settings, source).digests(source.name)
-    entries = iter_source_entries(source, Path(settings.base_dir), settings.parsing)
+    entries = iter_source_entries(
+        source, Path(settings.base_dir), settings.parsing, settings.object_store
+    )
     while chunk := list(itertools.islice(entries, _LOOKUP_SLICE)):
         positions = wanted.positions([e.doc_id for e in chunk])
         for entry, position in zip(chunk, positions, strict=True):

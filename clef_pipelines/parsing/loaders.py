@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clef_pipelines.config import ParsingConfig, SourceConfig
+from clef_pipelines.objectstore import ObjectStoreConfig
 from clef_pipelines.parsing.decode import check_string, check_text, decode_text
 from clef_pipelines.parsing.globs import matches
 from clef_pipelines.parsing.models import (
@@ -55,13 +56,20 @@ def iter_source_entries(
     source_cfg: SourceConfig,
     base_dir: str | os.PathLike[str],
     parsing_cfg: ParsingConfig | None = None,
+    object_store: ObjectStoreConfig | None = None,
 ) -> Iterator[SourceEntry]:
     """List a source's documents with their raw hashes, in a stable (sorted) order.
 
     A missing source path raises ParseError('unreadable'): that fails the whole source, not
-    one document.
+    one document. A source on an object store or the web is listed by `parsing.remote`
+    (`object_store`: how to reach it).
     """
     cfg = parsing_cfg or ParsingConfig()
+    if source_cfg.remote:
+        from clef_pipelines.parsing.remote import iter_remote_entries
+
+        yield from iter_remote_entries(source_cfg, cfg, object_store or ObjectStoreConfig())
+        return
     path = resolve_source_path(source_cfg, base_dir)
     kind = source_cfg.kind
     if kind == "auto":
@@ -77,6 +85,8 @@ def iter_source_entries(
         if not path.is_dir():
             raise ParseError("unreadable", f"source {source_cfg.name!r}: {path} is not a folder")
         yield from _folder_entries(source_cfg, path, cfg)
+    elif kind == "file":
+        yield _file_entry(source_cfg.name, path.name, path, cfg)
     else:
         yield from _jsonl_entries(source_cfg, path, cfg)
 
@@ -217,13 +227,13 @@ def _file_entry(
             raw_hash=sha256_hex(data),
             archive_limits=(parsing_cfg.max_unpacked_bytes, parsing_cfg.max_archive_entries),
         )
-        doc.title = _first_heading(doc) or full.stem
+        doc.title = first_heading(doc) or full.stem
         return doc
 
     return SourceEntry(source, rel, uri, fmt, digest, None, load)
 
 
-def _first_heading(doc: Document) -> str:
+def first_heading(doc: Document) -> str:
     # Parsing once here finds the title; the blocks are kept on the document for reuse.
     for block in parse_blocks(doc):
         if block.kind == "heading":
@@ -267,11 +277,11 @@ def _jsonl_entries(
             if not raw_line.strip():
                 continue
             where = f"{name} line {lineno}"
-            entry = _jsonl_entry(source_cfg, raw_line, where, lineno, file_uri, cfg, seen)
+            entry = jsonl_entry(source_cfg, raw_line, where, lineno, file_uri, cfg, seen)
             yield entry
 
 
-def _jsonl_entry(
+def jsonl_entry(
     source_cfg: SourceConfig,
     raw_line: bytes,
     where: str,
@@ -347,7 +357,7 @@ def _jsonl_entry(
             raw_hash=digest,
         )
         if not doc.title:
-            doc.title = _first_heading(doc) or doc_id
+            doc.title = first_heading(doc) or doc_id
         return doc
 
     return SourceEntry(source_cfg.name, doc_id, uri, fmt, digest, None, load)
