@@ -217,6 +217,14 @@ class Settings(PathsMixin, StrictModel):
     def _valid_collection(cls, v: str) -> str:
         return _collection_name(v)
 
+    @model_validator(mode="after")
+    def _store_reaches_object_store(self) -> Settings:
+        # The store is opened from `settings.store` alone: it carries where data_dir is and how
+        # the object store is reached (see StoreConfig).
+        self.store._data_url = self.data_url
+        self.store._object_store = self.object_store
+        return self
+
     @field_validator("refresh_cron")
     @classmethod
     def _valid_cron(cls, v: str) -> str:

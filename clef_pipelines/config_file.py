@@ -104,7 +104,7 @@ class PathsMixin:
 
     base_dir: str
     data_dir: str
-    local_dir: str | None = None
+    local_dir: str | None
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
