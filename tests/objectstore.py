@@ -100,9 +100,7 @@ class _Proxy(BaseHTTPRequestHandler):
                 self._error(rule)
                 return
         conn = http.client.HTTPConnection("127.0.0.1", s3.moto_port, timeout=60)
-        headers = {
-            k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding",)
-        }
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("transfer-encoding",)}
         headers["Content-Length"] = str(len(body))
         conn.request(self.command, self.path, body=body, headers=headers)
         resp = conn.getresponse()
@@ -214,6 +212,9 @@ class S3Server:
 
 @contextmanager
 def running_s3() -> Iterator[S3Server]:
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
     server = S3Server().start()
     try:
         yield server
