@@ -51,10 +51,13 @@ def test_s3_source_refresh_downloads_only_changed_objects(
     _fill(s3)
     s3.fail(r"/docs/broken\.md$", 500)
     s3.fail(r"/docs/denied\.md$", 403)
+    # The intermediates and LanceDB in the bucket too (through the same failing proxy).
     ws = make_workspace(
         tmp_path,
         monkeypatch,
         sources=[{"name": "bucket", "path": f"s3://{s3.bucket_name}/docs/"}],
+        data_dir=f"s3://{s3.bucket_name}/clef",
+        local_dir=str(tmp_path / "scratch"),
         object_store=s3.settings(),
     )
 
@@ -82,16 +85,21 @@ def test_s3_source_refresh_downloads_only_changed_objects(
     assert counts["documents_unchanged"] == OBJECTS - 2
     assert counts["documents_changed"] == 1
     assert counts["documents_removed"] == 1
-    fetched = {path.rsplit("/", 1)[-1] for path in s3.traffic.object_gets()}
+    docs = f"/{s3.bucket_name}/docs/"
+    fetched = {p.rsplit("/", 1)[-1] for p in s3.traffic.object_gets() if p.startswith(docs)}
     assert fetched == {"n005.md", "broken.md", "denied.md"}
     records = ws.records()
     assert "n007.md" not in {r["doc_id"] for r in records}
     assert any("Version 2 of note 5" in r["text"] for r in records if r["doc_id"] == "n005.md")
     # The keys came from the environment: no report carries them.
     assert SECRET not in json.dumps([first.assets, second.assets], default=str)
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=s3.bucket_name)["Contents"]}
+    assert any(k.startswith("clef/lancedb/docs.lance/") for k in keys)
+    assert any(k.startswith("clef/intermediates/") for k in keys)
+    assert not (tmp_path / "scratch" / "lancedb").exists()
 
     # A listing that fails keeps every stored document (failed, not removed).
-    s3.fail(r"list-type=", 500)
+    s3.fail(r"list-type=2&prefix=docs", 500)
     settings = ws.settings()
     source = settings.sources[0]
     store = ws.store()
@@ -178,6 +186,7 @@ def _run_multiprocess(ws: Any, source: str, monkeypatch: pytest.MonkeyPatch) -> 
             return result.success, steps
 
 
+@pytest.mark.stress  # 14 step processes, one after another: minutes on a busy machine
 def test_steps_in_separate_processes_on_object_storage_match_a_local_run(
     s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
