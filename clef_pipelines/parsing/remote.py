@@ -84,7 +84,7 @@ def _document(
     rel: str, uri: str, fmt: str, data: bytes, raw_hash: str, cfg: ParsingConfig
 ) -> Document:
     from clef_pipelines.parsing.decode import decode_text
-    from clef_pipelines.parsing.loaders import first_heading
+    from clef_pipelines.parsing.entries import first_heading
 
     if len(data) > cfg.max_file_bytes:
         raise ParseError("oversize", f"{rel}: over the {cfg.max_file_bytes} byte limit")
@@ -120,7 +120,7 @@ def _object_entry(
     cfg: ParsingConfig,
 ) -> SourceEntry:
     """One object's entry: failures found from the listing alone, or its lazy loader."""
-    from clef_pipelines.parsing.loaders import SUFFIX_FORMATS
+    from clef_pipelines.parsing.entries import SUFFIX_FORMATS
 
     fmt = SUFFIX_FORMATS.get(PurePosixPath(rel).suffix.lower())
 
@@ -211,7 +211,7 @@ def remote_kind(source: SourceConfig) -> str:
         return "jsonl"
     if is_web_url(source.path):
         return "file"
-    from clef_pipelines.parsing.loaders import SUFFIX_FORMATS
+    from clef_pipelines.parsing.entries import SUFFIX_FORMATS
 
     if not source.path.endswith("/") and suffix in SUFFIX_FORMATS:
         return "file"
@@ -284,7 +284,7 @@ def _jsonl_object(
 ) -> Iterator[SourceEntry]:
     """A JSONL object's records: the object is read once per listing (its records' hashes
     come from their text), as a local JSONL file is."""
-    from clef_pipelines.parsing.loaders import jsonl_entry
+    from clef_pipelines.parsing.entries import jsonl_entry
 
     try:
         data = read()
