@@ -7,6 +7,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -16,6 +17,9 @@ from clef_pipelines.ingest.batches import FrameBatches, FrameFile
 from clef_pipelines.ingest.remote_frames import RemoteFrames
 from clef_pipelines.objectstore import is_cloud_url, join
 from clef_pipelines.resources.settings import PipelineSettings
+
+#: This process's remote input downloads: the step that made them, then their folders.
+_DOWNLOADS: list[Any] = []
 
 
 class PolarsParquetIOManager(dg.ConfigurableIOManager):
@@ -58,6 +62,24 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
         settings = self.settings.settings
         root = settings.data_path / "intermediates" / ".staging" / (partition or "__all__")
         return root / "inputs" / uuid.uuid4().hex[:12]
+
+    def _input_scratch(self, context: dg.InputContext, partition: str | None) -> Path:
+        """`_scratch` for an input of the step now loading; the downloads of the steps this
+        process ran before are removed (steps run one at a time in a process, so they are
+        done), so a long-lived worker does not keep every run's inputs."""
+        try:
+            step = context.step_context.step.key
+        except Exception:  # a context built outside a run (tests, direct loads)
+            step = "?"
+        if _DOWNLOADS and _DOWNLOADS[0] != step:
+            for folder in _DOWNLOADS[1:]:
+                shutil.rmtree(folder, ignore_errors=True)
+            _DOWNLOADS.clear()
+        if not _DOWNLOADS:
+            _DOWNLOADS.append(step)
+        path = self._scratch(partition)
+        _DOWNLOADS.append(path)
+        return path
 
     def _path(self, asset_key: dg.AssetKey, partition: str | None) -> Path:
         return self._root().joinpath(*asset_key.path) / f"{partition or '__all__'}.parquet"
@@ -152,7 +174,7 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
         self, remote: RemoteFrames, context: dg.InputContext
     ) -> pl.DataFrame | FrameBatches:
         partition = context.asset_partition_key if context.has_asset_partitions else None
-        local = self._scratch(partition)
+        local = self._input_scratch(context, partition)
         if remote.get_folder(self._url(context.asset_key, partition), local):
             return FrameBatches(local)
         url = self._url(context.asset_key, partition, ".parquet")
