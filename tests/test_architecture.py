@@ -27,6 +27,7 @@ LAYERS: list[frozenset[str]] = [
             "records",
             "privacy",
             "redact",
+            "objectstore",
             "config",
             "config_file",
             "config_sections",

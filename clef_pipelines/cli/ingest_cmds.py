@@ -138,7 +138,7 @@ def ingest(
     if not sources:
         fail("nothing to ingest: give a PATH, or configure sources (see `clef-pipelines init`)")
     for src in sources:
-        if not settings.resolve(src.path).exists():
+        if not src.remote and not settings.resolve(src.path).exists():
             fail(f"sources.{src.name}.path: {settings.resolve(src.path)} does not exist")
     # Paths that are no configured source run in a throwaway Dagster instance.
     adhoc = [s.name for s in sources if s.name not in {c.name for c in settings.sources}]
