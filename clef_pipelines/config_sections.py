@@ -43,6 +43,7 @@ NOT_READ = (
     "sync_batch_rows",
     "batching",
     "ingest_lock_timeout_s",
+    "executor",
 )
 
 
@@ -71,6 +72,7 @@ class CompactSettings(PathsMixin, StrictModel):
     sync_batch_rows: Any = None
     batching: Any = None
     ingest_lock_timeout_s: Any = None
+    executor: Any = None
 
 
 def load_compact_settings(path: str | os.PathLike[str] | None = None) -> CompactSettings:
