@@ -42,7 +42,7 @@ from tests.ingest.ui import REPOSITORY, gql
 from tests.pg import free_port, running_postgres
 
 # Many processes at once (three servers, six runs, a process per step): the stress lane.
-pytestmark = [pytest.mark.stress, pytest.mark.postgres, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.stress, pytest.mark.postgres, pytest.mark.timeout(2400)]
 
 SOURCES = ("alpha", "beta", "gamma")
 SENSOR = "source_change_sensor"
@@ -239,7 +239,7 @@ def test_daemon_and_webserver_on_postgres_run_backfills_one_run_per_source(
         )["launchPartitionBackfill"]
         assert launched["__typename"] == "LaunchBackfillSuccess", launched
         backfill = _wait(
-            "the backfill", lambda: _backfill(web_port, launched["backfillId"]), 900, procs
+            "the backfill", lambda: _backfill(web_port, launched["backfillId"]), 1500, procs
         )
 
         with dg.DagsterInstance.get() as instance:
@@ -249,7 +249,7 @@ def test_daemon_and_webserver_on_postgres_run_backfills_one_run_per_source(
                 done = len(records) == 2 * len(SOURCES)
                 return records if done and all(r.dagster_run.is_finished for r in records) else None
 
-            records = _wait("every run to finish", finished, 900, procs)
+            records = _wait("every run to finish", finished, 600, procs)
             assert backfill["status"] in {"COMPLETED", "COMPLETED_SUCCESS"}, backfill
             failed = [r.dagster_run.run_id for r in records if not r.dagster_run.is_success]
             assert not failed, failed
