@@ -271,3 +271,17 @@ def test_every_entry_point_of_the_image_is_installed() -> None:
         ["clef-pipelines", "deploy", "check"],
     ):
         assert (BIN / argv[0]).is_file(), argv
+
+
+def test_the_executor_setting_picks_how_launched_runs_execute_their_steps() -> None:
+    from clef_pipelines.config import ConfigError, settings_from_dict
+    from clef_pipelines.jobs.location import build_definitions
+
+    def executor(**raw: object) -> str:
+        defs = build_definitions(settings_from_dict(raw))
+        return defs.resolve_job_def("ingestion_job").executor_def.name
+
+    assert executor() == "in_process"  # the default: the embedder loads once per run
+    assert executor(executor="multiprocess") == "multiprocess"
+    with pytest.raises(ConfigError, match="executor"):
+        settings_from_dict({"executor": "k8s"})
