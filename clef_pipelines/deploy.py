@@ -152,7 +152,7 @@ def instance_yaml(deploy: DeploySettings) -> str:
         f"{_HEADER}\n\n"
         "The production Dagster instance of clef-pipelines: put it in $DAGSTER_HOME of the\n"
         "code server, the webserver and the daemon. The database comes from the environment,\n"
-        f"never from this file: {env}.\n"
+        f"never from this file:\n  {env}.\n"
         "Runs wait in the queue (the daemon starts them): at most max_concurrent_runs at once,\n"
         f"and one per source (tag {PARTITION_TAG}). Each run is a process of its own."
     )
@@ -219,18 +219,20 @@ def _exec_form(argv: list[str]) -> str:
 def dockerignore() -> str:
     return (
         _comment(_HEADER)
-        + "# Only pyproject.toml, README.md, clef_pipelines/ and deploy/ go into the image.\n"
+        # Only what the Dockerfile copies goes to the builder: never deploy/.env or a config.
+        + "# Only what the Dockerfile copies is sent to the builder.\n"
         + "\n".join(
             [
                 "*",
                 "!pyproject.toml",
                 "!README.md",
                 "!clef_pipelines/",
-                "!deploy/",
+                "!deploy/dagster.yaml",
+                "!deploy/workspace.yaml",
                 "**/__pycache__",
                 "**/*.pyc",
             ]
-        )  # fmt: skip
+        )
         + "\n"
     )
 
