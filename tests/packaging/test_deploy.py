@@ -285,3 +285,17 @@ def test_the_executor_setting_picks_how_launched_runs_execute_their_steps() -> N
     assert executor(executor="multiprocess") == "multiprocess"
     with pytest.raises(ConfigError, match="executor"):
         settings_from_dict({"executor": "k8s"})
+
+
+def test_the_code_location_masks_the_instance_database_password(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clef_pipelines import definitions
+    from clef_pipelines.redact import redact
+
+    cfg = tmp_path / "clef-pipelines.yaml"
+    cfg.write_text(yaml.safe_dump({"embedder": {"kind": "hash", "dimension": 64}}))
+    monkeypatch.setenv("CLEF_PIPELINES_CONFIG", str(cfg))
+    monkeypatch.setenv(PG_ENV["password"], "pg-pass-7f3a9c")
+    definitions._load.__wrapped__()  # what a code server or run worker does when it loads
+    assert redact("could not connect: pg-pass-7f3a9c rejected") == "could not connect: *** rejected"
