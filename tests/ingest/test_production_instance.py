@@ -3,8 +3,9 @@ coordinator with one run per source, the default run launcher) with the processe
 runs, started with the image's own commands (`deploy.code_server_command`, `webserver_command`,
 `daemon_command`): a code server, a webserver and a daemon on the tests' PostgreSQL. Through
 GraphQL, a backfill of three sources runs beside the sensor's own runs of them, each run its
-own process and each step its own (`executor: multiprocess`). All succeed; the run storage
-shows at most one run per source at a time; the sensor's cursor survives a daemon restart."""
+own process and each step its own (`executor: multiprocess`), and the daemon restarts on the
+way. All succeed; the run storage shows at most one run per source at a time; the sensor's
+cursor survives the restart."""
 
 from __future__ import annotations
 
@@ -238,42 +239,10 @@ def test_daemon_and_webserver_on_postgres_run_backfills_one_run_per_source(
             },
         )["launchPartitionBackfill"]
         assert launched["__typename"] == "LaunchBackfillSuccess", launched
-        backfill = _wait(
-            "the backfill", lambda: _backfill(web_port, launched["backfillId"]), 1500, procs
-        )
-
-        with dg.DagsterInstance.get() as instance:
-
-            def finished() -> list[dg.RunRecord] | None:
-                records = instance.get_run_records()
-                done = len(records) == 2 * len(SOURCES)
-                return records if done and all(r.dagster_run.is_finished for r in records) else None
-
-            records = _wait("every run to finish", finished, 600, procs)
-            assert backfill["status"] in {"COMPLETED", "COMPLETED_SUCCESS"}, backfill
-            failed = [r.dagster_run.run_id for r in records if not r.dagster_run.is_success]
-            assert not failed, failed
-            by_source: dict[str, list[dg.RunRecord]] = {}
-            for record in records:
-                by_source.setdefault(record.dagster_run.tags[PARTITION_TAG], []).append(record)
-            # The sensor's run and the backfill's run of each source.
-            assert {s: len(r) for s, r in by_source.items()} == dict.fromkeys(SOURCES, 2)
-            # One at a time per source: the queue held the second run until the first ended
-            # (the code's own wait, `jobs.source_runs`, would let both start).
-            for source, runs in by_source.items():
-                assert not _overlaps(runs), (source, _overlaps(runs))
-            # Each step ran in a process of its own (the multiprocess executor).
-            run_id = records[0].dagster_run.run_id
-            started = [
-                e
-                for e in instance.all_logs(run_id)
-                if e.dagster_event and e.dagster_event.event_type_value == "STEP_WORKER_STARTED"
-            ]
-            assert len(started) == len(ingestion_assets), run_id
-
-        # The daemon restarts; the sensor's next tick reads the cursor from PostgreSQL: its
-        # count of requests goes on (a lost cursor would start again at 0) and it requests
-        # nothing, since no file changed.
+        # The daemon restarts while those runs are queued or going. The sensor's next tick
+        # reads its cursor from PostgreSQL: its count of requests goes on (a lost cursor would
+        # start again at 0) and it requests nothing, since no file changed (a lost cursor
+        # would request all three again, none of them being ingested yet).
         before = _cursor(web_port)
         assert before is not None and before["#requested"] == len(SOURCES)
         procs.stop("daemon")
@@ -288,5 +257,41 @@ def test_daemon_and_webserver_on_postgres_run_backfills_one_run_per_source(
         tick = _wait("a sensor tick after the restart", tick_after_restart, 240, procs)
         assert tick["status"] == "SKIPPED" and not tick["runIds"], tick
         assert _cursor(web_port) == before
+
+        backfill = _wait(
+            "the backfill", lambda: _backfill(web_port, launched["backfillId"]), 1500, procs
+        )
+
+        with dg.DagsterInstance.get() as instance:
+
+            def finished() -> list[dg.RunRecord] | None:
+                records = instance.get_run_records()
+                done = len(records) >= 2 * len(SOURCES)
+                return records if done and all(r.dagster_run.is_finished for r in records) else None
+
+            records = _wait("every run to finish", finished, 600, procs)
+            assert backfill["status"] in {"COMPLETED", "COMPLETED_SUCCESS"}, backfill
+            failed = [r.dagster_run.run_id for r in records if not r.dagster_run.is_success]
+            assert not failed, failed
+            by_source: dict[str, list[dg.RunRecord]] = {}
+            for record in records:
+                by_source.setdefault(record.dagster_run.tags[PARTITION_TAG], []).append(record)
+            # The sensor's run and the backfill's run of each source, no more.
+            assert {s: len(r) for s, r in by_source.items()} == dict.fromkeys(SOURCES, 2)
+            # One at a time per source: the queue held the second run until the first ended
+            # (the code's own wait, `jobs.source_runs`, would let both start).
+            for source, runs in by_source.items():
+                assert not _overlaps(runs), (source, _overlaps(runs))
+            # Each step ran in a process of its own (the multiprocess executor).
+            for record in records:
+                starts = [
+                    e
+                    for e in instance.all_logs(record.dagster_run.run_id)
+                    if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
+                ]
+                steps, pids = {e.step_key for e in starts}, {e.pid for e in starts}
+                assert len(steps) >= len(ingestion_assets), steps
+                assert len(pids) == len(steps), (record.dagster_run.run_id, pids)
+
     finally:
         procs.stop_all()
