@@ -28,10 +28,15 @@ RunsOption = Annotated[
 ]
 
 
-def _deploy_settings(image: str | None, max_concurrent_runs: int | None) -> DeploySettings:
-    given = {"image": image, "max_concurrent_runs": max_concurrent_runs}
+def _deploy_settings(
+    image: str | None, max_concurrent_runs: int | None, data_claim: str | None = None
+) -> DeploySettings:
+    given: dict[str, object] = {"image": image, "max_concurrent_runs": max_concurrent_runs}
+    given = {k: v for k, v in given.items() if v is not None}
+    if data_claim is not None:
+        given["data_claim"] = None if data_claim == "none" else data_claim
     try:
-        return DeploySettings(**{k: v for k, v in given.items() if v is not None})
+        return DeploySettings(**given)
     except ValidationError as exc:
         fail("; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}"
                        for e in exc.errors()))  # fmt: skip
@@ -42,6 +47,13 @@ def render(
     out: Annotated[Path, typer.Option(help="The repository root to write into.")] = Path("."),
     image: ImageOption = None,
     max_concurrent_runs: RunsOption = None,
+    data_claim: Annotated[
+        str | None,
+        typer.Option(
+            help="The ReadWriteMany claim mounted at /data (default clef-pipelines-data); "
+            "`none` where data_dir is an object-store URL."
+        ),
+    ] = None,
     check: Annotated[
         bool, typer.Option(help="Write nothing; exit 1 if a file differs from the rendering.")
     ] = False,
@@ -50,7 +62,7 @@ def render(
     values), all from the same settings."""
     from clef_pipelines.deploy import stale_files, write_rendered
 
-    settings = _deploy_settings(image, max_concurrent_runs)
+    settings = _deploy_settings(image, max_concurrent_runs, data_claim)
     if check:
         stale = stale_files(settings, out)
         for rel in stale:

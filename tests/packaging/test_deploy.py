@@ -80,6 +80,13 @@ def test_render_check_names_a_file_that_differs(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "deploy/helm/values.yaml" in result.output
     bad = runner.invoke(app, ["deploy", "render", "--image", "no tag", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "--image" in bad.output
+    # Without a claim (data_dir on object storage), the runs mount only the config.
+    other = tmp_path / "object-store"
+    args = ["deploy", "render", "--data-claim", "none", "--out", str(other)]
+    assert runner.invoke(app, args).exit_code == 0
+    values = yaml.safe_load((other / "deploy" / "helm" / "values.yaml").read_text())
+    (user,) = values["dagster-user-deployments"]["deployments"]
+    assert [v["name"] for v in user["volumes"]] == ["config"]
 
 
 def test_the_dockerfile_builds_one_non_root_image_with_the_model_inside() -> None:
