@@ -289,7 +289,8 @@ def test_daemon_and_webserver_on_postgres_run_backfills_one_run_per_source(
                     for e in instance.all_logs(record.dagster_run.run_id)
                     if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
                 ]
-                steps, pids = {e.step_key for e in starts}, {e.pid for e in starts}
+                steps = {e.step_key for e in starts}
+                pids = {e.dagster_event.pid for e in starts if e.dagster_event}
                 assert len(steps) >= len(ingestion_assets), steps
                 assert len(pids) == len(steps), (record.dagster_run.run_id, pids)
 
