@@ -208,6 +208,16 @@ class Settings(PathsMixin, StrictModel):
     private_files: bool = Field(
         True, description="Data files 0600 and folders 0700 (umask 077); false: the umask."
     )
+    executor: Literal["in_process", "multiprocess"] = Field(
+        "in_process",
+        description=(
+            "How a run launched by Dagster (UI, sensor, schedule, backfill) executes its steps: "
+            "in_process (one process: the embedder and store open once per run) or "
+            "multiprocess (each step in its own child process of the run worker, as a "
+            "production deployment runs them; needs data_dir shared by those processes). "
+            "The CLI's own runs are always in-process."
+        ),
+    )
 
     # Where the file was loaded from: relative paths resolve against its folder.
     base_dir: str = Field(".", exclude=True)

@@ -44,6 +44,7 @@ NOT_READ = (
     "batching",
     "ingest_lock_timeout_s",
     "object_store",
+    "executor",
 )
 
 
@@ -82,6 +83,7 @@ class CompactSettings(PathsMixin, StrictModel):
     batching: Any = None
     ingest_lock_timeout_s: Any = None
     object_store: Any = None
+    executor: Any = None
 
 
 def load_compact_settings(path: str | os.PathLike[str] | None = None) -> CompactSettings:

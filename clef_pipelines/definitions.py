@@ -26,7 +26,12 @@ def _load() -> dg.Definitions:
     # Not held in a module global: Dagster's loader takes every Definitions among the module's
     # names, and must find exactly one, `defs`.
     from clef_pipelines.config import load_settings
+    from clef_pipelines.deploy import PG_ENV
+    from clef_pipelines.redact import secret_from_env
 
+    # The production instance's database password (deploy/dagster.yaml reads it from the
+    # environment): masked in whatever this package logs or prints, like every *_env secret.
+    secret_from_env(PG_ENV["password"])
     return build_definitions(load_settings())
 
 

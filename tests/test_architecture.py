@@ -31,6 +31,7 @@ LAYERS: list[frozenset[str]] = [
             "config",
             "config_file",
             "config_sections",
+            "config_deploy",
             "__init__",
         }
     ),
@@ -45,7 +46,7 @@ LAYERS: list[frozenset[str]] = [
     frozenset({"retrieval"}),
     frozenset({"evals"}),
     frozenset({"api", "integrations", "testing"}),
-    frozenset({"resources", "assets", "jobs", "definitions", "config_doc"}),
+    frozenset({"resources", "assets", "jobs", "definitions", "config_doc", "deploy"}),
     frozenset({"cli", "__main__"}),
 ]
 DAGSTER_LAYER = next(i for i, layer in enumerate(LAYERS) if "definitions" in layer)

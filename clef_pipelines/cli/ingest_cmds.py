@@ -97,10 +97,20 @@ def init(
         Path | None, typer.Option(help="A folder or .jsonl file to add as the first source.")
     ] = None,
     force: Annotated[bool, typer.Option(help="Overwrite an existing file.")] = False,
+    deploy: Annotated[
+        bool,
+        typer.Option(
+            help="Also write a production dagster.yaml beside it (PostgreSQL, the run queue; "
+            "`deploy instance`, docs/deploy.md)."
+        ),
+    ] = False,
 ) -> None:
     """Write a starter config file with every setting at its default."""
     if path.exists() and not force:
         fail(f"{path} exists; pass --force to overwrite it")
+    instance_path = path.parent / "dagster.yaml"
+    if deploy and instance_path.exists() and not force:
+        fail(f"{instance_path} exists; pass --force to overwrite it")
     sources = []
     if source is not None:
         sources.append(SourceConfig(name=_slug(source), path=str(source)))
@@ -115,6 +125,11 @@ def init(
     )
     path.write_text(header + commented_yaml(settings) + "\n", encoding="utf-8")
     console.print(f"wrote {lit(path)}")
+    if deploy:
+        from clef_pipelines.cli.deploy_cmds import write_instance
+        from clef_pipelines.config_deploy import DeploySettings
+
+        write_instance(instance_path, DeploySettings(), force=True)
 
 
 @app.command()

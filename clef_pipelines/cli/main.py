@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 COMMAND_MODULES = (
     "api_cmds",
     "clef_cmds",
+    "deploy_cmds",
     "eval_cmds",
     "guard_cmds",
     "ingest_cmds",

@@ -27,9 +27,8 @@ ingestion_job = dg.define_asset_job(
     name="ingestion_job",
     selection=dg.AssetSelection.groups(GROUP),
     description="Ingest one source into its collection: parse, screen, chunk, enrich, embed, sync.",
-    # In-process, like every other launch of these assets (Definitions sets the same default):
-    # the steps share one process, so the embedder loads once per run.
-    executor_def=dg.in_process_executor,
+    # No executor of its own: the location's (`executor` setting, `jobs.location`), in-process
+    # by default, so every launch of these assets runs its steps the same way.
 )
 
 

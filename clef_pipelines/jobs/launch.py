@@ -20,6 +20,7 @@ import yaml
 
 from clef_pipelines.assets.evaluation import dataset_partitions
 from clef_pipelines.config import Settings
+from clef_pipelines.deploy import ONE_RUN_PER_SOURCE
 from clef_pipelines.evals.sources import with_eval_sources
 from clef_pipelines.ingest.locks import CollectionBusy, collection_lock, held, lock_path
 from clef_pipelines.jobs.ingestion import PARTITIONS, reconcile_partitions, record_project
@@ -33,14 +34,6 @@ from clef_pipelines.jobs.source_runs import (
     wait_for_source,
 )
 from clef_pipelines.privacy import apply_file_privacy
-
-#: At most one run per source at a time: runs of a partitioned job carry the tag
-#: `dagster/partition=<source>`, and the run queue starts one run per value of it.
-ONE_RUN_PER_SOURCE = {
-    "key": "dagster/partition",
-    "value": {"applyLimitPerUniqueValue": True},
-    "limit": 1,
-}
 
 # What the generated dagster.yaml must hold; other settings in an existing file are kept.
 INSTANCE_DEFAULTS: dict[str, Any] = {

@@ -75,7 +75,16 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         schedules=[build_refresh_schedule(settings.refresh_cron)],
         resources=build_resources(settings),
         # Every run of these assets, however it is launched (the job, an asset-graph selection,
-        # a backfill, the sensor, the schedule, the CLI), runs its steps in one process: the
-        # embedder and store open once per run instead of once per step in a process each.
-        executor=dg.in_process_executor,
+        # a backfill, the sensor, the schedule), runs its steps the same way: by default in one
+        # process, so the embedder and store open once per run instead of once per step in a
+        # process each; `executor: multiprocess` gives each step a process, as production
+        # deployments run them. The CLI's runs are in-process whatever this says.
+        executor=step_executor(settings),
     )
+
+
+def step_executor(settings: Settings) -> dg.ExecutorDefinition:
+    """The executor of the `executor` setting."""
+    if settings.executor == "multiprocess":
+        return dg.multiprocess_executor
+    return dg.in_process_executor
