@@ -51,10 +51,15 @@ BIN = Path(sys.executable).parent
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> str:
-    """Where the runs keep their intermediates and the store (`data_dir`): a local folder,
-    the one place this test says where; an object-store URL runs the same test."""
-    return str(tmp_path / "state")
+def storage(tmp_path: Path, s3: Any) -> dict[str, Any]:
+    """Where the runs keep their intermediates and the store: a bucket on the tests' S3
+    server (moto on loopback), as a deployment whose runs share no disk keeps them; the one
+    place this test says where (a local `data_dir` runs the same test)."""
+    return {
+        "data_dir": f"s3://{s3.bucket_name}/state",
+        "object_store": s3.settings(),
+        "local_dir": str(tmp_path / "scratch"),
+    }
 
 
 @pytest.fixture
@@ -80,7 +85,7 @@ def instance_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[di
         yield env
 
 
-def _config(root: Path, data_dir: str) -> Path:
+def _config(root: Path, storage: dict[str, Any]) -> Path:
     sources = []
     for i, name in enumerate(SOURCES):
         folder = root / "corpus" / name
@@ -91,7 +96,7 @@ def _config(root: Path, data_dir: str) -> Path:
         sources.append({"name": name, "path": str(folder), "collection": name})
     cfg = root / "clef-pipelines.yaml"
     raw = {
-        "data_dir": data_dir,
+        **storage,
         "sources": sources,
         "embedder": {"kind": "hash", "dimension": 64},
         "store": {"kind": "lancedb"},
@@ -196,9 +201,9 @@ def _overlaps(records: list[dg.RunRecord]) -> list[tuple[str, str]]:
 
 
 def test_daemon_and_webserver_on_postgres_run_backfills_one_run_per_source(
-    tmp_path: Path, data_dir: str, instance_env: dict[str, str]
+    tmp_path: Path, storage: dict[str, Any], instance_env: dict[str, str]
 ) -> None:
-    config = _config(tmp_path, data_dir)
+    config = _config(tmp_path, storage)
     code_port, web_port = free_port(), free_port()
     workspace = tmp_path / "workspace.yaml"
     workspace.write_text(
