@@ -380,8 +380,9 @@ def _unchanged_line(item: dict[str, Any]) -> str:
 
 
 def _print_reports(
-    reports: list[SourceRunReport], as_json: bool, skipped: list[dict[str, Any]]
+    reports: list[SourceRunReport], as_json: bool, skipped: list[dict[str, Any]] | None = None
 ) -> None:
+    skipped = skipped or []
     if as_json:
         out = [*skipped, *({**r.as_dict(), "quarantine": r.summary.quarantine} for r in reports)]
         print(json.dumps(out, indent=2, default=str))
