@@ -8,8 +8,10 @@ signal as it was before the run started (`record_clean_run`); the run's first st
 way leaves no record and the next `ingest` runs (and repairs). The signal is the sensor's
 comparison (the files' names, sizes and modification times, and the settings that shape the
 chunks), widened to what else changes a run's outcome: the source's own settings, its
-collection, the store, the parsing settings and the collection's releases. `delete` forgets
-the records of the collection it deletes from.
+collection, the store, the parsing settings and the collection's releases. The record also
+keeps a stamp of the store's files for the collection as the run left them (`store_stamp`),
+so a table removed, restored or damaged since is a change too. `delete` forgets the records
+of the collection it deletes from.
 
 This module imports no polars, no store, no model and no Dagster: the whole check costs the
 settings' import and a walk over the source's file names.
@@ -63,6 +65,32 @@ def run_signal(settings: Settings, source: SourceConfig, pipeline: str | None = 
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()[:32]
 
 
+def store_stamp(settings: Settings, collection: str) -> str:
+    """What the store holds for `collection`, as far as a listing of its files tells (names,
+    sizes, modification times): a table removed, restored from a backup, damaged or written by
+    anything else changes it. A store on a server (Qdrant by URL, pgvector) gives "server":
+    changes made there outside clef-pipelines are not seen (`ingest --force` runs anyway)."""
+    from clef_pipelines.stores.factory import lancedb_path, store_location
+
+    store = settings.store
+    if store.kind == "lancedb":
+        folder = lancedb_path(store, settings.data_path) / f"{collection}.lance"
+    elif store.kind == "qdrant" and not store.qdrant.url:
+        folder = Path(store_location(store, settings.data_path))
+    else:
+        return "server"
+    if not folder.is_dir():
+        return "missing"
+    files = []
+    for dirpath, _dirs, names in os.walk(folder):
+        for name in names:
+            path = Path(dirpath) / name
+            with contextlib.suppress(OSError):
+                st = path.stat()
+                files.append(f"{path.relative_to(folder)}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("\n".join(sorted(files)).encode("utf-8")).hexdigest()[:16]
+
+
 def recorded_clean_run(settings: Settings, source: str) -> dict[str, Any] | None:
     """The record of the source's last clean run, if it is there and readable."""
     try:
@@ -76,9 +104,14 @@ def unchanged_since_clean_run(
     settings: Settings, source: SourceConfig, pipeline: str | None = None
 ) -> dict[str, Any] | None:
     """The last clean run's record when the source's signal is still the one it recorded
-    (nothing to do), else None."""
+    and the store still holds what that run left (nothing to do), else None. Never for the
+    in-process memory store: each process starts with it empty."""
+    if settings.store.kind == "memory":
+        return None
     record = recorded_clean_run(settings, source.name)
     if record is None or record["signal"] != run_signal(settings, source, pipeline):
+        return None
+    if record.get("store") != store_stamp(settings, settings.collection_of(source)):
         return None
     return record
 
@@ -95,10 +128,13 @@ def record_clean_run(
     `failed_checks`: the run's checks that failed, said again when `ingest` skips it."""
     path = _record_path(settings, source)
     path.parent.mkdir(parents=True, exist_ok=True)
+    collection = settings.collection_of(settings.source(source))
     record = {
         "signal": signal,
+        # Taken now, after the run: what the run left in the store.
+        "store": store_stamp(settings, collection),
         "run_id": run_id,
-        "collection": settings.collection_of(settings.source(source)),
+        "collection": collection,
         "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "failed_checks": list(failed_checks or []),
     }

@@ -119,6 +119,21 @@ def test_the_signal_sees_a_removed_file_and_changed_settings(workspace: Workspac
     path.write_text('{"records": [], "documents": []}')
     assert unchanged_since_clean_run(settings, source) is None
 
+    path.unlink()
+    assert unchanged_since_clean_run(settings, source) is not None
+    # The collection's table appears (restored from a backup, say) after the clean run that
+    # left none: what the store holds changed.
+    table = settings.data_path / "lancedb" / "docs.lance" / "_versions"
+    table.mkdir(parents=True)
+    (table / "1.manifest").write_bytes(b"restored")
+    assert unchanged_since_clean_run(settings, source) is None
+    # The in-process memory store starts empty in every process: never unchanged.
+    memory = settings.model_copy(
+        update={"store": settings.store.model_copy(update={"kind": "memory"})}
+    )
+    record_clean_run(memory, "sample", run_signal(memory, source), "run-3")
+    assert unchanged_since_clean_run(memory, source) is None
+
     forget_collection(settings, "other")
     assert recorded_clean_run(settings, "sample") is not None
     forget_collection(settings, "docs")  # `delete` from the source's collection
