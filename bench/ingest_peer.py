@@ -27,8 +27,9 @@ and HF_HUB_OFFLINE=1 is set, so nothing is fetched from a model hub. `--clef on`
 fake System One server (bench/fake_systemone.py, answering after --latency-ms, started here as
 bench/retrieval.py starts it) with no answer cache and the same request rate; each pass's Clef
 requests are counted by the server (reset before the pass). Every pass also reports the
-documents it processed (ours: the inventory's `new`, which an unchanged rerun must leave at 0;
-the peer: those it ingested), and the run ends with the ratios the issue asks for: our 1%
+documents it processed (ours: the inventory's new, changed, repaired and rescreened, and in
+its notes the inventory's `new`, which an unchanged rerun must leave at 0; the peer: those it
+ingested), and the run ends with the ratios the issue asks for: our 1%
 refresh against the peer's, and against our own unchanged rerun. The product never imports the
 peer; only this script talks to it, and only through a subprocess.
 
@@ -179,7 +180,8 @@ class PassResult:
     embedder_s: float = 0.0
     #: Requests the fake System One server answered during the pass (with --clef on).
     clef_requests: int | None = None
-    #: Documents the pass processed as new (ours: the inventory's `new`; the peer: ingested).
+    #: Documents the pass processed (ours: the inventory's new, changed, repaired and
+    #: rescreened; the peer: those it ingested).
     new_documents: int | None = None
     notes: list[str] = field(default_factory=list)
     error: str = ""
@@ -333,7 +335,13 @@ def run_ours(
     res.embedded = int(emb.get("embedded", 0) or 0)
     res.embedder_calls = int(emb.get("embedder_calls", 0) or 0)
     res.embedder_s = float(emb.get("embedder_seconds", 0.0) or 0.0)
-    res.new_documents = int(assets.get("source_documents", {}).get("documents_new", 0) or 0)
+    inventory = assets.get("source_documents", {})
+    res.new_documents = sum(
+        int(inventory.get(f"documents_{status}", 0) or 0)
+        for status in ("new", "changed", "repair", "rescreen")
+    )
+    # An unchanged rerun must list no document as new (issue 56: one that stored nothing was).
+    res.notes.append(f"inventory new {inventory.get('documents_new', '?')}")
     reused = int(emb.get("reused", 0) or 0)
     parsed = assets.get("parsed_blocks", assets.get("blocks", {}))
     skipped = parsed.get("documents_skipped_unchanged")
