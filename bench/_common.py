@@ -56,6 +56,7 @@ BENCHMARKS: tuple[str, ...] = (
     "guard_quality",
     "steering",
     "clef",
+    "object_store",
 )
 #: Modules of the package that are helpers, not benchmarks.
 HELPERS: tuple[str, ...] = ("_common", "_pg", "fake_systemone", "__main__")

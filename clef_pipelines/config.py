@@ -29,6 +29,7 @@ from clef_pipelines.config_file import (  # noqa: F401 - re-exported
 from clef_pipelines.embedding.config import EmbedderConfig
 from clef_pipelines.evals.config import EvalConfig
 from clef_pipelines.ingest.config import BatchingConfig
+from clef_pipelines.objectstore import ObjectStoreConfig, is_remote, scheme_of
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.steering.config import SteeringConfig
 from clef_pipelines.stores.config import StoreConfig
@@ -38,9 +39,14 @@ class SourceConfig(StrictModel):
     """A source of documents: a folder of files, or a JSONL file with one document a line."""
 
     name: str = Field(description="Partition key: letters, digits, '-', '_' and '.'.")
-    path: str = Field(description="Folder or .jsonl file, relative to the config file.")
-    kind: Literal["auto", "folder", "jsonl"] = Field(
-        "auto", description="auto (a .jsonl file is JSONL, a folder a folder), folder or jsonl."
+    path: str = Field(
+        description="Folder or .jsonl file, relative to the config file; or an object-store "
+        "prefix (s3://bucket/prefix/, gs://, az://) or object, or an http(s):// URL of one file."
+    )
+    kind: Literal["auto", "folder", "jsonl", "file"] = Field(
+        "auto",
+        description="auto (a .jsonl file is JSONL, a folder or prefix a folder, a web URL one "
+        "file), folder, jsonl or file (one document).",
     )
     include: list[str] = Field(
         default_factory=lambda: [
@@ -73,6 +79,23 @@ class SourceConfig(StrictModel):
     @classmethod
     def _valid_name(cls, v: str) -> str:
         return check_name("source", v)
+
+    @field_validator("path")
+    @classmethod
+    def _known_scheme(cls, v: str) -> str:
+        scheme = scheme_of(v)
+        if scheme is not None and not is_remote(v):
+            raise ValueError(
+                f"{v!r}: unknown URL scheme {scheme!r} (s3, gs, az, http and https are read)"
+            )
+        if is_remote(v) and "@" in v.split("//", 1)[1].split("/", 1)[0]:
+            raise ValueError("credentials do not belong in a source URL: see object_store")
+        return v
+
+    @property
+    def remote(self) -> bool:
+        """Whether the source lives on an object store or the web."""
+        return is_remote(self.path)
 
 
 def _collection_name(name: str) -> str:
@@ -151,7 +174,17 @@ class ChunkingConfig(StrictModel):
 
 
 class Settings(PathsMixin, StrictModel):
-    data_dir: str = Field(".clef", description="Where stores, caches and intermediates live.")
+    data_dir: str = Field(
+        ".clef",
+        description="Where stores, caches and intermediates live; an object-store URL "
+        "(s3://bucket/prefix) puts the intermediates and LanceDB there, the rest in local_dir.",
+    )
+    local_dir: str | None = Field(
+        None,
+        description="Local folder for caches, locks and staging when data_dir is an "
+        "object-store URL; default .clef.",
+    )
+    object_store: ObjectStoreConfig = ObjectStoreConfig()
     collection: str = Field("docs", description="Default collection name.")
     sources: list[SourceConfig] = Field(
         default_factory=list,
@@ -183,6 +216,14 @@ class Settings(PathsMixin, StrictModel):
     @classmethod
     def _valid_collection(cls, v: str) -> str:
         return _collection_name(v)
+
+    @model_validator(mode="after")
+    def _store_reaches_object_store(self) -> Settings:
+        # The store is opened from `settings.store` alone: it carries where data_dir is and how
+        # the object store is reached (see StoreConfig).
+        self.store._data_url = self.data_url
+        self.store._object_store = self.object_store
+        return self
 
     @field_validator("refresh_cron")
     @classmethod

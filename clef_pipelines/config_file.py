@@ -104,11 +104,30 @@ class PathsMixin:
 
     base_dir: str
     data_dir: str
+    local_dir: str | None
 
     def resolve(self, path: str) -> Path:
         p = Path(path).expanduser()
         return p if p.is_absolute() else (Path(self.base_dir) / p).resolve()
 
     @property
+    def data_url(self) -> str | None:
+        """`data_dir` when it is an object-store URL (s3://, gs://, az://), else None."""
+        from clef_pipelines.objectstore import is_cloud_url
+
+        return self.data_dir.rstrip("/") if is_cloud_url(self.data_dir) else None
+
+    @property
     def data_path(self) -> Path:
+        """The local data folder: `data_dir`, or `local_dir` (default `.clef`) when `data_dir`
+        is an object-store URL (caches, locks and a run's staging stay on local disk)."""
+        if self.data_url is not None:
+            return self.resolve(self.local_dir or ".clef")
         return self.resolve(self.data_dir)
+
+    @property
+    def intermediates_location(self) -> str:
+        """Where the Parquet intermediates live: `<data_dir>/intermediates`, a URL or a path."""
+        if self.data_url is not None:
+            return f"{self.data_url}/intermediates"
+        return str(self.data_path / "intermediates")

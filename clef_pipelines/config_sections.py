@@ -2,8 +2,8 @@
 `config.Settings`, without importing the rest (stores, embedder, API, evals, ingest).
 
 `load_compact_settings` reads the file `load_settings` would read and validates `data_dir`,
-`private_files`, `clef`, `retrieval` and `steering` with `Settings`' own models and
-defaults. Every other top-level key of `Settings` is accepted as it stands (the commands
+`local_dir`, `private_files`, `clef`, `retrieval` and `steering` with `Settings`' own models
+and defaults. Every other top-level key of `Settings` is accepted as it stands (the commands
 that use it validate it); an unknown top-level key, `base_dir`, or an unknown or invalid
 key inside a section read here is refused with the same lines as `load_settings`.
 `tests/test_config_sections.py` checks that the fields match `Settings`.
@@ -43,13 +43,23 @@ NOT_READ = (
     "sync_batch_rows",
     "batching",
     "ingest_lock_timeout_s",
+    "object_store",
 )
 
 
 class CompactSettings(PathsMixin, StrictModel):
     """What `compact` reads of `Settings` (same names, types and defaults)."""
 
-    data_dir: str = Field(".clef", description="Where stores, caches and intermediates live.")
+    data_dir: str = Field(
+        ".clef",
+        description="Where stores, caches and intermediates live; an object-store URL "
+        "(s3://bucket/prefix) puts the intermediates and LanceDB there, the rest in local_dir.",
+    )
+    local_dir: str | None = Field(
+        None,
+        description="Local folder for caches, locks and staging when data_dir is an "
+        "object-store URL; default .clef.",
+    )
     clef: ClefConfig = Field(default_factory=ClefConfig)
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     steering: SteeringConfig = Field(default_factory=SteeringConfig)
@@ -71,6 +81,7 @@ class CompactSettings(PathsMixin, StrictModel):
     sync_batch_rows: Any = None
     batching: Any = None
     ingest_lock_timeout_s: Any = None
+    object_store: Any = None
 
 
 def load_compact_settings(path: str | os.PathLike[str] | None = None) -> CompactSettings:

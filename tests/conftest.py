@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.objectstore import S3Server
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +32,28 @@ def pg_dsn() -> Iterator[str]:
         yield dsn
     finally:
         cm.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's S3 on loopback behind a proxy that can fail chosen requests (tests/objectstore.py);
+    one server for the session, a bucket per test (`s3`)."""
+    from tests.objectstore import running_s3
+
+    with running_s3() as server:
+        yield server
+
+
+@pytest.fixture
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest):  # noqa: ANN201
+    """The session's S3 server with the keys in the environment, and a fresh bucket named
+    after the test (`s3.bucket_name`); the proxy's failure rules are cleared afterwards."""
+    import re
+
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+    s3_server.bucket_name = s3_server.bucket(f"t-{name}-{os.getpid()}")  # type: ignore[attr-defined]
+    s3_server.traffic.reset()
+    yield s3_server
+    s3_server.heal()

@@ -28,6 +28,7 @@ LAYERS: list[frozenset[str]] = [
             "pipeline_version",
             "privacy",
             "redact",
+            "objectstore",
             "config",
             "config_file",
             "config_sections",

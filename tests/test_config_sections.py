@@ -10,7 +10,7 @@ import pytest
 from clef_pipelines.config import ConfigError, Settings, load_settings
 from clef_pipelines.config_sections import NOT_READ, CompactSettings, load_compact_settings
 
-READ = ("data_dir", "clef", "retrieval", "steering", "private_files", "base_dir")
+READ = ("data_dir", "local_dir", "clef", "retrieval", "steering", "private_files", "base_dir")
 
 
 def test_the_fields_are_settings_fields() -> None:

@@ -63,7 +63,7 @@ from clef_pipelines.ingest.documents import (
     status_counts,
     stored_document_facts,
 )
-from clef_pipelines.ingest.failed import read_failed, write_failed
+from clef_pipelines.ingest.failed import clear_failed, read_failed, write_failed
 from clef_pipelines.ingest.locks import collection_lock
 from clef_pipelines.ingest.metadata import METADATA_RULE, FieldTypes, stored_field_types
 from clef_pipelines.ingest.sync import SYNC_INVENTORY_COLUMNS, SyncReport, check_manifest
@@ -124,6 +124,14 @@ def configured_source(settings: Settings, partition: str):  # noqa: ANN201 (Sour
 
 def _staging(settings, partition: str) -> Path:  # noqa: ANN001
     return settings.data_path / "intermediates" / ".staging" / partition
+
+
+def _failed_at(settings, partition: str) -> Path | str:  # noqa: ANN001
+    """Where a run's failed-document records live: beside the local staging, or with the
+    intermediates on the object store (the steps may run on machines sharing no disk)."""
+    if settings.data_url is not None:
+        return f"{settings.intermediates_location}/.staging/{partition}"
+    return _staging(settings, partition)
 
 
 def _writer(context: dg.AssetExecutionContext, settings, name: str) -> BatchWriter:  # noqa: ANN001
@@ -223,6 +231,7 @@ def source_documents(
     # What a run killed in the middle of a step left half-written (one run per source at a
     # time: the wait above, the run queue and the collection lock see to that).
     shutil.rmtree(_staging(settings, context.partition_key), ignore_errors=True)
+    clear_failed(_failed_at(settings, context.partition_key), settings.object_store)
     collection = settings.collection_of(source)
     store = vector_store.get()
     emb = embedder.get()
@@ -356,7 +365,12 @@ def parsed_blocks(
         settings, source, source_documents, fingerprint, out
     )
     to_process = source_documents.filter(pl.col("status").is_in(TO_PROCESS)).height
-    write_failed(_staging(settings, context.partition_key), "parsed_blocks", failures)
+    write_failed(
+        _failed_at(settings, context.partition_key),
+        "parsed_blocks",
+        failures,
+        settings.object_store,
+    )
     blocks = out.finish()
     yield dg.Output(
         blocks,
@@ -526,7 +540,12 @@ def chunks(
                 + "; ".join(r.fallback_reasons)
             )
     tokens = done.tokens
-    write_failed(_staging(settings, context.partition_key), "chunks", done.failures)
+    write_failed(
+        _failed_at(settings, context.partition_key),
+        "chunks",
+        done.failures,
+        settings.object_store,
+    )
     chunk_batches = out.finish()
     return dg.MaterializeResult(
         value=chunk_batches,
@@ -640,6 +659,11 @@ def embeddings(
             "embedder_calls": stats.embedder_calls,
             "embedder_seconds": round(stats.embedder_seconds, 3),
             "over_embedder_window": stats.over_window,
+            # Ray executor: actors and nodes lost mid-pass, and the batches sent again.
+            "actors_lost": stats.actors_lost,
+            "nodes_lost": stats.nodes_lost,
+            "batches_retried": stats.batches_retried,
+            "actors_replaced": stats.actors_replaced,
             **_batch_metadata(embedded_batches),
             "seconds": round(time.perf_counter() - started, 3),
         },
@@ -681,7 +705,7 @@ def store_sync(
             source_documents,
             embeddings,
             report=report,
-            failed=read_failed(_staging(settings, context.partition_key)),
+            failed=read_failed(_failed_at(settings, context.partition_key), settings.object_store),
         )
     except Exception as exc:
         # What the run wrote before it failed goes with the failure, so `ingest` reports it

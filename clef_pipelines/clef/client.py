@@ -188,6 +188,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
             max_batch=config.max_batch,
             batch_wait_ms=config.batch_wait_ms,
             local_num_cpus=config.ray_local_num_cpus,
+            max_restarts=config.ray_max_restarts,
         )
     from clef_pipelines.clef.backends.off import OffBackend
 

@@ -109,3 +109,11 @@ class ClefConfig(StrictModel):
     ray_local_num_cpus: int | None = Field(
         None, ge=1, description="CPUs of a Ray started here (no ray_address); default all."
     )
+    ray_max_restarts: int = Field(
+        3,
+        ge=0,
+        description=(
+            "Times Ray restarts an engine actor that died (its node was lost), on a node with "
+            "room, retrying the batches it held; the actors are spread over the nodes."
+        ),
+    )

@@ -80,7 +80,7 @@ def _lancedb_root(args: list[str]) -> Path | None:
     """The LanceDB folder of the settings the command was given (``--config`` / ``-c``, else
     the default file), or None when they name another store or cannot be read."""
     from clef_pipelines.config import load_settings
-    from clef_pipelines.stores.factory import lancedb_path
+    from clef_pipelines.stores.factory import lancedb_location, lancedb_path
 
     config: str | None = None
     for i, arg in enumerate(args):
@@ -92,8 +92,10 @@ def _lancedb_root(args: list[str]) -> Path | None:
         settings = load_settings(config)
     except Exception:  # no diagnosis without settings: the original error stands
         return None
-    if settings.store.kind != "lancedb":
-        return None
+    if settings.store.kind != "lancedb" or lancedb_location(
+        settings.store, settings.data_path
+    ) != str(lancedb_path(settings.store, settings.data_path)):
+        return None  # another store, or LanceDB on an object store (no local files to check)
     return lancedb_path(settings.store, settings.data_path)
 
 

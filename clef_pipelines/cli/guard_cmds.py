@@ -101,6 +101,7 @@ def guard_command(
             Path(settings.base_dir),
             settings.parsing,
             settings.steering.screen.kinds,
+            settings.object_store,
         )
     context = settings.steering.guard.context
     report = check_texts(guard, inputs, threshold, settings.steering.guard.languages, context)

@@ -254,7 +254,7 @@ def ingest(
 
 def _check_source_paths(settings: Settings, sources: list[SourceConfig]) -> None:
     for src in sources:
-        if not settings.resolve(src.path).exists():
+        if not src.remote and not settings.resolve(src.path).exists():
             fail(f"sources.{src.name}.path: {settings.resolve(src.path)} does not exist")
 
 
@@ -411,6 +411,7 @@ def _print_reports(
             ("chunks", s.chunks),
             ("tokens", s.tokens),
             ("embedded / reused", f"{s.embedded} / {s.reused}"),
+            *_ray_losses(s),
             ("upserted / deleted", f"{s.upserted} / {s.deleted}"),
             ("records of the source in the store", s.store_records),
             ("records in collection", s.collection_records),
@@ -495,6 +496,18 @@ def _guard_context(summary: IngestSummary) -> list[tuple[str, str]]:
         return []
     said = ", ".join(f"{why} {n}" for why, n in sorted(summary.guard_context.items()))
     return [("  decided by the guard with the page as context", said)]
+
+
+def _ray_losses(summary: IngestSummary) -> list[tuple[str, str]]:
+    """A row when the Ray embedding executor lost actors mid-pass (and sent their batches
+    again): the run succeeded, but the cluster lost something on the way."""
+    if not summary.actors_lost:
+        return []
+    said = (
+        f"{summary.nodes_lost} / {summary.actors_lost}, "
+        f"{summary.batches_retried} batches sent again"
+    )
+    return [("  ray nodes / actors lost", said)]
 
 
 def _clef_failures(summary: IngestSummary) -> list[str]:

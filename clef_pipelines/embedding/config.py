@@ -27,6 +27,44 @@ class RayEmbedConfig(StrictModel):
     local_num_cpus: int | None = Field(
         None, ge=1, description="CPUs of a local Ray started here (None: all)."
     )
+    scheduling: Literal["SPREAD", "DEFAULT"] = Field(
+        "SPREAD",
+        description=(
+            "Ray scheduling strategy of the actors: SPREAD puts them on as many nodes as "
+            "possible (a lost node takes fewer of them); DEFAULT packs them where Ray likes."
+        ),
+    )
+    max_batch_retries: int = Field(
+        3,
+        ge=0,
+        description=(
+            "Times one batch is sent again after its actor was lost (node died, process "
+            "killed) before the pass fails."
+        ),
+    )
+    replace_lost_actors: bool = Field(
+        True,
+        description=(
+            "Start a new actor for each one lost (at most num_actors per pass); it takes "
+            "batches once it is up, where the cluster has room for it."
+        ),
+    )
+    actor_start_wait_s: float = Field(
+        600.0,
+        gt=0,
+        description=(
+            "How long a pass waits with no actor up (at its start, or after every actor was "
+            "lost) before it fails: long enough for an autoscaler to add a node."
+        ),
+    )
+    node_loss_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description=(
+            "After a pass that lost actors: how long to wait for the cluster to report "
+            "their nodes dead, to tell a lost node from a lost actor process in the counts."
+        ),
+    )
 
 
 class EmbedderConfig(StrictModel):

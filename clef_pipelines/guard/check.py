@@ -269,6 +269,7 @@ def records_in_their_documents(
     base_dir: Path,
     parsing: Any,
     kinds: Sequence[str],
+    object_store: Any = None,
 ) -> list[GuardInput]:
     """Stored records (``quarantined_records``) with their documents around them, so that the
     guard judges each as the screen did at ingest: each record's document is read again from
@@ -289,7 +290,7 @@ def records_in_their_documents(
         source = configured.get(source_name)
         if source is not None:
             try:
-                entries = list(iter_source_entries(source, base_dir, parsing))
+                entries = list(iter_source_entries(source, base_dir, parsing, object_store))
             except (ParseError, OSError):
                 entries = []
             for entry in entries:

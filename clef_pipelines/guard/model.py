@@ -51,6 +51,9 @@ from clef_pipelines.guard.encoder import TUNED_PREFIX
 from clef_pipelines.guard.prose import has_prose, prose_reading
 
 WEIGHTS_PATH = Path(__file__).with_name("weights.npz")
+#: The documentation gate fitted for those weights (``lab/guard/docgate.py``), a file of its own
+#: so that the cascade's weights, and every figure and reference taken on them, stay as they are.
+DOCGATE_PATH = Path(__file__).with_name("docgate.npz")
 
 #: ``InjectionGuard.composite_floor`` where the weights name none: a composite window is read
 #: by MiniLM only when one of its sentences scored at least this. Chosen on the validation
@@ -324,6 +327,18 @@ def tuned_encoder(  # type: ignore[no-untyped-def]
         ) from exc
 
 
+def _read_npz(path: Path, what: str) -> tuple[dict[str, np.ndarray], dict, str]:
+    """A weights file's arrays, its ``meta`` and the first 12 hex digits of its sha256."""
+    try:
+        raw = path.read_bytes()
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        meta = json.loads(bytes(arrays.pop("meta")).decode())
+    except (OSError, ValueError, KeyError) as exc:
+        raise GuardError(f"cannot read the injection guard's {what} {path}: {exc}") from exc
+    return arrays, meta, hashlib.sha256(raw).hexdigest()[:12]
+
+
 class InjectionGuard:
     """The committed two-stage guard. ``score`` gives P(injection) per text in [0, 1]."""
 
@@ -348,6 +363,16 @@ class InjectionGuard:
         self._stage1 = np.zeros(self.buckets, dtype=np.float32)
         self._stage1[arrays["stage1_index"]] = arrays["stage1_weight"].astype(np.float32)
         self._stage1_bias = float(meta["stage1_bias"])
+        #: The documentation gate (``lab/guard/docgate.py``): a second word-feature model,
+        #: fitted on the windows that pass stage 1 (help docs against injections); a window
+        #: goes to MiniLM only when its logit is at least ``docgate_logit`` too. None in
+        #: weights without it.
+        self.docgate_logit = float(meta.get("docgate_logit", -np.inf))
+        self._docgate: np.ndarray | None = None
+        if "docgate_index" in arrays:
+            self._docgate = np.zeros(self.buckets, dtype=np.float32)
+            self._docgate[arrays["docgate_index"]] = arrays["docgate_weight"].astype(np.float32)
+        self._docgate_bias = float(meta.get("docgate_bias", 0.0))
         self.stage1_mix = float(meta.get("stage1_mix", 0.0))
         #: Stage 2 also sees the window's stage-1 logit divided by this (0: vector only).
         self.stage1_feature_scale = float(meta.get("stage1_feature_scale", 0.0))
@@ -388,6 +413,7 @@ class InjectionGuard:
         self.windows_scored = 0
         self.windows_embedded = 0
         self.windows_deferred = 0
+        self.windows_docgated = 0
         # (window, is prefix) -> stage-2 score, oldest first (``_stage2``).
         self._stage2_memo: dict[tuple[str, bool], float] = {}
         self._memo_lock = threading.Lock()
@@ -399,27 +425,37 @@ class InjectionGuard:
         ``refers_back`` is read only with the one before it (``text_windows``), and
         ``+prose``: inline code is set aside (``prose.prose_reading``), ``+composites``: a
         pair or whole is read only after one of its sentences scored at least
-        ``composite_floor`` (``score_windows``). Cached scores are keyed by it, so scores from an earlier reading are not reused."""
-        return self.weights_version + "+decoded+backref+prose+composites"
+        ``composite_floor`` (``score_windows``), ``+docgate-<sha>``: a window goes to MiniLM
+        only past the documentation gate too (``docgate_logits``). Cached scores are keyed
+        by it, so scores from an earlier reading are not reused."""
+        reading = self.weights_version + "+decoded+backref+prose+composites"
+        if self._docgate is not None:
+            reading += "+" + str(self.meta.get("docgate_version", "docgate"))
+        return reading
 
     @classmethod
-    def from_file(cls, path: Path) -> InjectionGuard:
-        try:
-            raw = path.read_bytes()
-            with np.load(path, allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in npz.files}
-            meta = json.loads(bytes(arrays.pop("meta")).decode())
-        except (OSError, ValueError, KeyError) as exc:
-            raise GuardError(f"cannot read the injection guard's weights {path}: {exc}") from exc
-        version = f"{meta.get('name', 'guard')}-{hashlib.sha256(raw).hexdigest()[:12]}"
+    def from_file(cls, path: Path, docgate: Path | None = None) -> InjectionGuard:
+        """The weights in ``path``, with the documentation gate in ``docgate`` (none without)."""
+        arrays, meta, digest = _read_npz(path, "weights")
+        version = f"{meta.get('name', 'guard')}-{digest}"
+        if docgate is not None:
+            gate_arrays, gate_meta, gate_digest = _read_npz(docgate, "documentation gate")
+            if gate_meta.get("weights") not in (None, version):
+                raise GuardError(
+                    f"the documentation gate {docgate} was fitted for {gate_meta['weights']}, "
+                    f"not {version}"
+                )
+            arrays.update(gate_arrays)
+            meta = {**meta, **gate_meta, "docgate_version": f"docgate-{gate_digest}"}
         return cls(arrays, meta, version)
 
     @classmethod
     def load(cls) -> InjectionGuard:
-        """The committed weights, loaded once per process."""
+        """The committed weights and their documentation gate, loaded once per process."""
         with cls._cache_lock:
             if cls._cached is None:
-                cls._cached = cls.from_file(WEIGHTS_PATH)
+                gate = DOCGATE_PATH if DOCGATE_PATH.exists() else None
+                cls._cached = cls.from_file(WEIGHTS_PATH, gate)
             return cls._cached
 
     def judges(self, text: str) -> bool:
@@ -468,6 +504,19 @@ class InjectionGuard:
         return np.array(
             [
                 self._stage1_bias + float(weights[hashed_features(w, self.buckets)].sum())
+                for w in windows
+            ],
+            dtype=np.float64,
+        )
+
+    def docgate_logits(self, windows: Sequence[str]) -> np.ndarray:
+        """The documentation gate's logit per window (+inf without one: every window passes)."""
+        if self._docgate is None:
+            return np.full(len(windows), np.inf)
+        weights = self._docgate
+        return np.array(
+            [
+                self._docgate_bias + float(weights[hashed_features(w, self.buckets)].sum())
                 for w in windows
             ],
             dtype=np.float64,
@@ -567,6 +616,10 @@ class InjectionGuard:
         if prefix is None:
             prefix = np.zeros(len(windows), dtype=bool)
         passed = logits >= self.gates(prefix)
+        if self._docgate is not None and passed.any():
+            at = np.flatnonzero(passed)
+            passed[at] = self.docgate_logits([windows[i] for i in at]) >= self.docgate_logit
+            self.windows_docgated += int(len(at) - passed[at].sum())
         later = np.zeros(len(windows), dtype=bool)
         if parts is not None:
             later = passed & np.array([p is not None for p in parts], dtype=bool)

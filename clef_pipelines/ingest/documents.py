@@ -42,6 +42,11 @@ RESCREEN = "rescreen"
 #: Statuses whose documents are parsed, chunked, embedded and synced.
 TO_PROCESS = (NEW, CHANGED, REPAIR, RESCREEN)
 
+#: The failure reason of a remote source's listing that failed (`parsing.remote`): the stored
+#: documents the listing did not name are then failed with this reason, not removed.
+UNLISTED = "unlisted"
+_KEPT_UNLISTED = "not listed: the source's listing failed, so its stored records are kept"
+
 #: The key, in a source's entry of the collection manifest, of its documents that store no
 #: record (every paragraph dropped, no text): doc id -> the document hash they were processed
 #: at. Without it such a document has nothing in the store to compare with, and every run
@@ -235,6 +240,7 @@ def plan_inventory(
         else:
             status = RESCREEN if before.needs_asking else UNCHANGED
         rows.append(_row(source, entry, status, None, None))
+    unlisted = any(r["reason"] == UNLISTED for r in rows)
     for doc_id in sorted(set(stored) - seen):
         rows.append(
             {
@@ -242,9 +248,9 @@ def plan_inventory(
                 "doc_id": doc_id,
                 "source_uri": None,
                 "doc_hash": None,
-                "status": REMOVED,
-                "reason": None,
-                "error": None,
+                "status": FAILED if unlisted else REMOVED,
+                "reason": UNLISTED if unlisted else None,
+                "error": _KEPT_UNLISTED if unlisted else None,
             }
         )
     return pl.DataFrame(rows, schema=INVENTORY_SCHEMA)
@@ -331,6 +337,9 @@ def plan_inventory_frame(
         .otherwise(None)
         .alias("error"),
     )
+    # A listing that failed (a remote source) names no document: those it did not name are
+    # kept, as failed, never removed because an error left the listing empty.
+    unlisted = bool(listing.select((pl.col("reason") == UNLISTED).any()).item())
     gone = (
         stored.select("doc_id")
         .join(listing.select("doc_id"), on="doc_id", how="anti")
@@ -339,9 +348,9 @@ def plan_inventory_frame(
             pl.lit(source).alias("source"),
             pl.lit(None, dtype=pl.Utf8).alias("source_uri"),
             pl.lit(None, dtype=pl.Utf8).alias("doc_hash"),
-            pl.lit(REMOVED).alias("status"),
-            pl.lit(None, dtype=pl.Utf8).alias("reason"),
-            pl.lit(None, dtype=pl.Utf8).alias("error"),
+            pl.lit(FAILED if unlisted else REMOVED).alias("status"),
+            pl.lit(UNLISTED if unlisted else None, dtype=pl.Utf8).alias("reason"),
+            pl.lit(_KEPT_UNLISTED if unlisted else None, dtype=pl.Utf8).alias("error"),
         )
         .select(list(INVENTORY_SCHEMA))
     )

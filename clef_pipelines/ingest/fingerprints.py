@@ -84,7 +84,12 @@ def settings_digest(parts: dict[str, Any]) -> dict[str, str]:
 
 def files_fingerprint(settings: Settings, source: SourceConfig) -> str:
     """A source's files by name, size and modification time ("missing" when its path is
-    gone): a file added, removed, edited or touched changes it."""
+    gone): a file added, removed, edited or touched changes it. A remote source (an object
+    store prefix): the listing's keys and ETags, no object read."""
+    if source.remote:
+        from clef_pipelines.parsing.remote import remote_fingerprint
+
+        return remote_fingerprint(source, settings.object_store)
     root = settings.resolve(source.path)
     if not root.exists():
         return "missing"

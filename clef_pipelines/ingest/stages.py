@@ -28,6 +28,7 @@ from clef_pipelines.ingest.progress import report as progress_report
 from clef_pipelines.parsing import parse_document
 from clef_pipelines.parsing.loaders import SourceEntry, iter_source_entries
 from clef_pipelines.parsing.models import Block, ParseError
+from clef_pipelines.parsing.remote import PREFETCH, prefetch
 from clef_pipelines.records import (
     CHUNK_SCHEMA,
     PIPELINE_VERSION,
@@ -84,7 +85,9 @@ def iter_entries(
     """`list_entries` one entry at a time."""
     n = 0
     released = source_releases(settings, source).digests(source.name)
-    for entry in iter_source_entries(source, Path(settings.base_dir), settings.parsing):
+    for entry in iter_source_entries(
+        source, Path(settings.base_dir), settings.parsing, settings.object_store
+    ):
         if n % PROGRESS_EVERY == 0:
             progress_report("list", n, 0)  # total unknown until the listing ends
         n += 1
@@ -179,19 +182,27 @@ def _parsed_documents(
     document that failed, then a failure per wanted document never found."""
     total = len(wanted)
     released = source_releases(settings, source).digests(source.name)
-    entries = iter_source_entries(source, Path(settings.base_dir), settings.parsing)
+    entries = iter_source_entries(
+        source, Path(settings.base_dir), settings.parsing, settings.object_store
+    )
     while chunk := list(itertools.islice(entries, _LOOKUP_SLICE)):
         positions = wanted.positions([e.doc_id for e in chunk])
-        for entry, position in zip(chunk, positions, strict=True):
-            if position < 0:
-                continue
-            done = wanted.found
-            if not wanted.take(position):
-                continue  # a duplicate id is parsed once (the inventory failed it)
-            if done % PROGRESS_EVERY == 0:
-                progress_report("parse", done, total)
-            mark = fingerprint + released.get(entry.doc_id, "")
-            yield from _parsed_entry(settings, source, entry, mark)
+        base = wanted.found
+        todo = [
+            entry
+            for entry, position in zip(chunk, positions, strict=True)
+            if position >= 0 and wanted.take(position)  # a duplicate id is parsed once
+        ]
+        for start in range(0, len(todo), PREFETCH):
+            window = todo[start : start + PREFETCH]
+            if source.remote:  # the window's objects downloaded together, not one by one
+                prefetch(window)
+            for i, entry in enumerate(window):
+                done = base + start + i
+                if done % PROGRESS_EVERY == 0:
+                    progress_report("parse", done, total)
+                mark = fingerprint + released.get(entry.doc_id, "")
+                yield from _parsed_entry(settings, source, entry, mark)
     for doc_id in wanted.missing():
         error = f"{doc_id}: vanished while parsing"
         yield [], {"doc_id": doc_id, "reason": "unreadable", "error": error}

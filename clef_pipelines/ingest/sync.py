@@ -99,6 +99,11 @@ class EmbedStats:
     embedder_seconds: float = 0.0
     #: Embedded texts longer than the model reads: their tails are not in their vectors.
     over_window: int = 0
+    #: What the Ray executor survived (`ExecutorCounters`): all 0 in-process.
+    actors_lost: int = 0
+    nodes_lost: int = 0
+    batches_retried: int = 0
+    actors_replaced: int = 0
 
 
 def embed_chunks(
@@ -145,6 +150,8 @@ def embed_chunks(
     started = time.perf_counter()
     if batches:
         with open_runner() if open_runner else nullcontext(local_batches(embedder)) as run:
+            # The runner may be shared by several passes: count this pass's part only.
+            before = run.counters.copy()
             results = run([texts[i] for i in batch] for batch in batches)
             for batch, out in zip(batches, results, strict=True):
                 matrix[batch] = out
@@ -152,6 +159,11 @@ def embed_chunks(
                 stats.embedder_calls += 1
                 if progress:
                     progress(stats.embedded, len(todo))
+            survived = run.counters.minus(before)
+            stats.actors_lost = survived.actors_lost
+            stats.nodes_lost = survived.nodes_lost
+            stats.batches_retried = survived.batches_retried
+            stats.actors_replaced = survived.actors_replaced
     stats.embedder_seconds = time.perf_counter() - started
     column = (
         pl.Series("vector", matrix).cast(pl.List(pl.Float32))

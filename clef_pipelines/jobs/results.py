@@ -128,6 +128,11 @@ class IngestSummary:
     collection_records: int | None
     failed_documents: tuple[FailedDocument, ...]
     clef_pending: tuple[ClefPending, ...]
+    #: What the Ray embedding executor survived (0 in-process): actors and nodes lost
+    #: mid-pass, and the batches it sent again to the actors left.
+    actors_lost: int = 0
+    nodes_lost: int = 0
+    batches_retried: int = 0
 
     @property
     def all_failed(self) -> bool:
@@ -189,6 +194,9 @@ class IngestSummary:
                 for asset, flag in _CLEF_PENDING
                 if int((meta := assets.get(asset) or {}).get(flag) or 0)
             ),
+            actors_lost=int(emb.get("actors_lost") or 0),
+            nodes_lost=int(emb.get("nodes_lost") or 0),
+            batches_retried=int(emb.get("batches_retried") or 0),
         )
 
 

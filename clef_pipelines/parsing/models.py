@@ -23,6 +23,8 @@ ErrorReason = Literal[
     "metadata",
     "invalid_text",
     "too_large",
+    # A remote source's listing failed: its stored documents are kept (`parsing.remote`).
+    "unlisted",
 ]
 MetaValue = str | int | float | bool
 

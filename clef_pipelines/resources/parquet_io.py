@@ -5,14 +5,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
 
 from clef_pipelines.assets.metadata import frame_metadata, table_metadata
 from clef_pipelines.ingest.batches import FrameBatches, FrameFile
+from clef_pipelines.ingest.remote_frames import RemoteFrames
+from clef_pipelines.objectstore import is_cloud_url, join
 from clef_pipelines.resources.settings import PipelineSettings
+
+#: This process's remote input downloads: the step that made them, then their folders.
+_DOWNLOADS: list[Any] = []
 
 
 class PolarsParquetIOManager(dg.ConfigurableIOManager):
@@ -25,15 +32,54 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
 
     An input whose `AssetIn` metadata names `columns` is read with those columns only: a step
     that needs three columns of an inventory of millions of documents does not hold all eight.
+
+    With `data_dir` an object-store URL the same layout lives there (`ingest.remote_frames`):
+    an output is written on local disk and uploaded, an input downloaded and read locally, so
+    the steps of a run may run on machines that share only the object store.
     """
 
     settings: PipelineSettings
     base_dir: str | None = None
 
+    def _location(self) -> str:
+        return self.base_dir or self.settings.settings.intermediates_location
+
+    def _remote(self) -> RemoteFrames | None:
+        location = self._location()
+        if not is_cloud_url(location):
+            return None
+        return RemoteFrames(location, self.settings.settings.object_store)
+
     def _root(self) -> Path:
-        if self.base_dir:
-            return Path(self.base_dir)
-        return self.settings.settings.data_path / "intermediates"
+        return Path(self._location())
+
+    def _url(self, asset_key: dg.AssetKey, partition: str | None, suffix: str = "") -> str:
+        return join(self._location(), *asset_key.path, f"{partition or '__all__'}{suffix}")
+
+    def _scratch(self, partition: str | None) -> Path:
+        """Local room for a remote input's download, under the staging folder of the source
+        (emptied when the source's next run starts)."""
+        settings = self.settings.settings
+        root = settings.data_path / "intermediates" / ".staging" / (partition or "__all__")
+        return root / "inputs" / uuid.uuid4().hex[:12]
+
+    def _input_scratch(self, context: dg.InputContext, partition: str | None) -> Path:
+        """`_scratch` for an input of the step now loading; the downloads of the steps this
+        process ran before are removed (steps run one at a time in a process, so they are
+        done), so a long-lived worker does not keep every run's inputs."""
+        try:
+            step = context.step_context.step.key
+        except Exception:  # a context built outside a run (tests, direct loads)
+            step = "?"
+        if _DOWNLOADS and _DOWNLOADS[0] != step:
+            for folder in _DOWNLOADS[1:]:
+                shutil.rmtree(folder, ignore_errors=True)
+            _DOWNLOADS.clear()
+        if not _DOWNLOADS:
+            _DOWNLOADS.append(step)
+        path = self._scratch(partition)
+        _DOWNLOADS.append(path)
+        return path
 
     def _path(self, asset_key: dg.AssetKey, partition: str | None) -> Path:
         return self._root().joinpath(*asset_key.path) / f"{partition or '__all__'}.parquet"
@@ -86,10 +132,75 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
             }
         )
 
+    def _put_remote(
+        self,
+        remote: RemoteFrames,
+        context: dg.OutputContext,
+        obj: pl.DataFrame | FrameBatches | FrameFile,
+    ) -> None:
+        partition = context.partition_key if context.has_partition_key else None
+        if isinstance(obj, FrameBatches):
+            url = self._url(context.asset_key, partition)
+            if not obj.files():
+                # An empty change keeps the columns the data has (as `_put_batches` does).
+                previous = remote.folder_schema_file(url)
+                if previous is not None:
+                    obj.directory.mkdir(parents=True, exist_ok=True)
+                    columns = pl.DataFrame(
+                        schema=pl.from_arrow(remote.read_schema(previous).empty_table()).schema
+                    )
+                    columns.write_parquet(obj.directory / "columns.parquet")
+            remote.put_folder(obj.directory, url)
+            meta = {
+                **table_metadata(obj.rows(), obj.schema()),
+                "batch_files": len(obj.files()),
+            }
+            shutil.rmtree(obj.directory, ignore_errors=True)
+        else:
+            url = self._url(context.asset_key, partition, ".parquet")
+            if isinstance(obj, FrameFile):
+                path = obj.path
+                meta = table_metadata(obj.rows(), obj.schema())
+            else:
+                path = self._scratch(partition) / "output.parquet"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                obj.write_parquet(path)
+                meta = frame_metadata(obj)
+            remote.put_file(path, url)
+            path.unlink(missing_ok=True)
+        context.add_output_metadata({"path": dg.MetadataValue.url(url), **meta})
+
+    def _load_remote(
+        self, remote: RemoteFrames, context: dg.InputContext
+    ) -> pl.DataFrame | FrameBatches:
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        local = self._input_scratch(context, partition)
+        if remote.get_folder(self._url(context.asset_key, partition), local):
+            return FrameBatches(local)
+        url = self._url(context.asset_key, partition, ".parquet")
+        path = local / "input.parquet"
+        if not remote.get_file(url, path):
+            raise FileNotFoundError(
+                f"no intermediate for {context.asset_key.to_user_string()} "
+                f"partition {partition!r} at {url}: materialise it first"
+            )
+        columns = (context.definition_metadata or {}).get("columns")
+        frame = pl.read_parquet(path, columns=list(columns) if columns else None)
+        shutil.rmtree(local, ignore_errors=True)
+        return frame
+
     def handle_output(
         self, context: dg.OutputContext, obj: pl.DataFrame | FrameBatches | FrameFile | None
     ) -> None:
         if obj is None:
+            return
+        remote = self._remote()
+        if remote is not None:
+            if not isinstance(obj, pl.DataFrame | FrameBatches | FrameFile):
+                raise TypeError(
+                    f"{context.asset_key.to_user_string()} must return a polars DataFrame"
+                )
+            self._put_remote(remote, context, obj)
             return
         if isinstance(obj, FrameBatches):
             self._put_batches(context, obj)
@@ -111,6 +222,9 @@ class PolarsParquetIOManager(dg.ConfigurableIOManager):
         )
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame | FrameBatches:
+        remote = self._remote()
+        if remote is not None:
+            return self._load_remote(remote, context)
         partition = context.asset_partition_key if context.has_asset_partitions else None
         folder = self._folder(context.asset_key, partition)
         if folder.is_dir():

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from clef_pipelines._strict import StrictModel
 from clef_pipelines.stores.text import TextLanguage
@@ -14,7 +14,9 @@ class LanceDBConfig(StrictModel):
     """Embedded LanceDB under the data directory (the default)."""
 
     path: str | None = Field(
-        None, description="Folder of the database; default <data_dir>/lancedb."
+        None,
+        description="Folder of the database, or an object-store URL (s3://bucket/lancedb: "
+        "reached with the object_store settings); default <data_dir>/lancedb.",
     )
     index_threshold: int = Field(
         50_000,
@@ -167,3 +169,9 @@ class StoreConfig(StrictModel):
     lancedb: LanceDBConfig = LanceDBConfig()
     qdrant: QdrantConfig = QdrantConfig()
     pgvector: PgVectorConfig = PgVectorConfig()
+
+    # Set by `Settings` from its `data_dir` and `object_store` (not keys of this section):
+    # every caller opens the store from `settings.store` alone, and a LanceDB on an object
+    # store needs the bucket's endpoint and keys, and its default place under `data_dir`.
+    _data_url: str | None = PrivateAttr(None)
+    _object_store: Any = PrivateAttr(None)

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import pathlib
 
+from clef_pipelines.objectstore import (
+    ObjectStoreConfig,
+    is_cloud_url,
+    join,
+    lancedb_storage_options,
+)
 from clef_pipelines.redact import register_url_secrets, secret_from_env
 from clef_pipelines.stores.base import StoreError, VectorStore
 from clef_pipelines.stores.config import StoreConfig
@@ -17,15 +23,28 @@ def _under(data_dir: pathlib.Path, path: str | None, default: str) -> pathlib.Pa
 
 
 def lancedb_path(config: StoreConfig, data_dir: pathlib.Path) -> pathlib.Path:
-    """The folder LanceDB tables of these settings live in."""
+    """The local folder LanceDB tables of these settings live in (see `lancedb_location` for
+    one that may be an object-store URL)."""
     return _under(data_dir, config.lancedb.path, "lancedb")
+
+
+def lancedb_location(config: StoreConfig, data_dir: pathlib.Path) -> str:
+    """Where LanceDB tables of these settings live: an object-store URL (`store.lancedb.path`
+    one, or `<data_dir>/lancedb` when data_dir is one), else the local folder."""
+    path = config.lancedb.path
+    if path is not None and is_cloud_url(path):
+        return path.rstrip("/")
+    data_url = config._data_url
+    if data_url is not None and (path is None or not pathlib.Path(path).expanduser().is_absolute()):
+        return join(data_url, path or "lancedb")
+    return str(lancedb_path(config, data_dir))
 
 
 def store_location(config: StoreConfig, data_dir: pathlib.Path) -> str:
     """Where the store of these settings is, in one line (no secret: pgvector's DSN is named
     by its environment variable, `env:NAME`)."""
     if config.kind == "lancedb":
-        return str(lancedb_path(config, data_dir))
+        return lancedb_location(config, data_dir)
     if config.kind == "qdrant":
         return config.qdrant.url or str(_under(data_dir, config.qdrant.path, "qdrant"))
     if config.kind == "pgvector":
@@ -79,8 +98,13 @@ def open_store(
         from clef_pipelines.stores.lancedb_store import LanceDBStore
 
         c = config.lancedb
+        location = lancedb_location(config, data_dir)
+        remote = is_cloud_url(location)
+        object_store = config._object_store or ObjectStoreConfig()
         return LanceDBStore(
-            lancedb_path(config, data_dir),
+            location,
+            storage_options=lancedb_storage_options(object_store, location) if remote else None,
+            object_store=object_store,
             index_threshold=c.index_threshold,
             index_type=c.index_type,
             nprobes=c.nprobes,

@@ -57,6 +57,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -69,6 +70,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from clef_pipelines.objectstore import (
+    ObjectStoreConfig,
+    filesystem,
+    is_cloud_url,
+    strip_scheme,
+)
 from clef_pipelines.stores._common import (
     check_collection_name,
     check_ids,
@@ -298,10 +305,22 @@ class LanceDBStore(VectorStore):
         index_segment_rows: int = 100_000,
         metadata_cache_mb: int = 128,
         index_cache_mb: int = 128,
+        storage_options: dict[str, str] | None = None,
+        object_store: ObjectStoreConfig | None = None,
     ) -> None:
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / _META_DIR).mkdir(exist_ok=True)
+        # On an object store (`path` an s3:// / gs:// / az:// URL) the tables are LanceDB's own
+        # (its `storage_options`: endpoint, region, keys), and this store's small metadata
+        # files beside them are read and written through fsspec (`object_store`).
+        self.uri = str(path).rstrip("/") if is_cloud_url(path) else None
+        self._storage_options = dict(storage_options or {})
+        self._meta_fs: Any = None
+        if self.uri is not None:
+            self.path = Path(strip_scheme(self.uri))  # for messages; never opened locally
+            self._meta_fs = filesystem(self.uri, object_store)
+        else:
+            self.path = Path(path)
+            self.path.mkdir(parents=True, exist_ok=True)
+            (self.path / _META_DIR).mkdir(exist_ok=True)
         self.index_threshold = index_threshold
         self.index_type = index_type
         self.nprobes = nprobes
@@ -344,31 +363,74 @@ class LanceDBStore(VectorStore):
             metadata_cache_size_bytes=metadata_bytes, index_cache_size_bytes=index_bytes
         )
         self._db = lancedb.connect(
-            str(self.path), read_consistency_interval=timedelta(0), session=self._session
+            self.uri or str(self.path),
+            read_consistency_interval=timedelta(0),
+            session=self._session,
+            storage_options=self._storage_options or None,
         )
         self._tables.clear()
 
     # ------------------------------------------------------------------ meta
 
+    @property
+    def location(self) -> str:
+        """Where the tables are: the URL, or the local folder."""
+        return self.uri or str(self.path)
+
     def _meta_path(self, name: str) -> Path:
         return self.path / _META_DIR / f"{name}.json"
 
+    def _meta_key(self, name: str) -> str:
+        return f"{strip_scheme(self.uri or '')}/{_META_DIR}/{name}.json"
+
+    def _meta_exists(self, name: str) -> bool:
+        if self._meta_fs is not None:
+            return bool(self._meta_fs.exists(self._meta_key(name)))
+        return self._meta_path(name).exists()
+
     def _read_meta(self, name: str) -> dict[str, Any] | None:
+        if self._meta_fs is not None:
+            try:
+                data = self._meta_fs.cat_file(self._meta_key(name))
+            except FileNotFoundError:
+                return None
+            return json.loads(data.decode("utf-8"))  # type: ignore[no-any-return]
         p = self._meta_path(name)
         if not p.exists():
             return None
         return json.loads(p.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
 
     def _write_meta(self, name: str, meta: dict[str, Any]) -> None:
+        text = json.dumps(meta, ensure_ascii=False, sort_keys=True)
+        if self._meta_fs is not None:  # one PUT: readers see the old object or the new
+            self._meta_fs.pipe_file(self._meta_key(name), text.encode("utf-8"))
+            return
         p = self._meta_path(name)
         tmp = p.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(meta, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, p)
+
+    def _meta_names(self) -> list[str]:
+        if self._meta_fs is not None:
+            prefix = f"{strip_scheme(self.uri or '')}/{_META_DIR}"
+            try:
+                keys = self._meta_fs.ls(prefix, detail=False)
+            except FileNotFoundError:
+                return []
+            return [k.rsplit("/", 1)[-1].removesuffix(".json") for k in keys if k.endswith(".json")]
+        return [p.stem for p in (self.path / _META_DIR).glob("*.json")]
+
+    def _drop_meta(self, name: str) -> None:
+        if self._meta_fs is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self._meta_fs.rm_file(self._meta_key(name))
+            return
+        self._meta_path(name).unlink(missing_ok=True)
 
     def get_spec(self, name: str) -> CollectionSpec:
         meta = self._read_meta(check_collection_name(name))
         if meta is None or not self._db_has(name):
-            raise StoreError(f"collection {name!r} does not exist in LanceDB at {self.path}")
+            raise StoreError(f"collection {name!r} does not exist in LanceDB at {self.location}")
         spec = spec_from_json(meta["spec"])
         self._specs[name] = spec
         return spec
@@ -384,7 +446,7 @@ class LanceDBStore(VectorStore):
                 return names
 
     def _db_has(self, name: str) -> bool:
-        if name in self._tables:
+        if name in self._tables and self.uri is None:
             return (self.path / f"{name}.lance").exists() or name in self._table_names()
         return name in self._table_names()
 
@@ -404,7 +466,8 @@ class LanceDBStore(VectorStore):
     def _raise_if_damaged(self, name: str) -> None:
         from clef_pipelines.stores.lancedb_health import check_tables
 
-        check_tables(self.path, [name])
+        if self.uri is None:  # the check reads the local files' sizes
+            check_tables(self.path, [name])
 
     @staticmethod
     def _schema(spec: CollectionSpec) -> pa.Schema:
@@ -446,7 +509,7 @@ class LanceDBStore(VectorStore):
             if self._db_has(spec.name):
                 # A table without our metadata: refuse rather than guess its metric.
                 raise StoreError(
-                    f"LanceDB table {spec.name!r} exists at {self.path} but was not created by "
+                    f"LanceDB table {spec.name!r} exists at {self.location} but was not created by "
                     "this store (no metadata); drop it or use another name"
                 )
             t = self._db.create_table(spec.name, schema=self._schema(spec), exist_ok=False)
@@ -456,10 +519,10 @@ class LanceDBStore(VectorStore):
 
     def has_collection(self, name: str) -> bool:
         check_collection_name(name)  # a name no file system takes is an error, not an OSError
-        return self._meta_path(name).exists() and self._db_has(name)
+        return self._meta_exists(name) and self._db_has(name)
 
     def list_collections(self) -> list[str]:
-        names = [p.stem for p in (self.path / _META_DIR).glob("*.json")]
+        names = self._meta_names()
         return sorted(n for n in names if self._db_has(n))
 
     def drop(self, collection: str) -> None:
@@ -469,7 +532,7 @@ class LanceDBStore(VectorStore):
             self._specs.pop(collection, None)
             if self._db_has(collection):
                 self._db.drop_table(collection)
-            self._meta_path(collection).unlink(missing_ok=True)
+            self._drop_meta(collection)
 
     # ----------------------------------------------------------------- writes
 

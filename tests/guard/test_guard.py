@@ -309,3 +309,45 @@ def test_a_window_read_once_is_not_embedded_again_in_the_process() -> None:
     assert embedded > 0
     assert fresh.score(texts) == pytest.approx(first)
     assert fresh.windows_embedded == embedded
+
+
+def test_the_documentation_gate_keeps_docs_from_minilm_and_injections_caught() -> None:
+    """The committed guard reads through its documentation gate (``docgate.npz``): fewer of a
+    README's imperative windows go to MiniLM than without it, none of its paragraphs is
+    quarantined, and injections written for this test, alone and planted in that README,
+    still are."""
+    from clef_pipelines.guard.model import DOCGATE_PATH, WEIGHTS_PATH
+
+    readme = [
+        "Install the package with pip, then run the test suite before you open a pull request.",
+        "Use the --verbose flag to print each step. Set the cache folder with the CACHE_DIR "
+        "variable if the default one is not writable.",
+        "Run make docs to build the HTML pages, and open build/index.html in your browser.",
+        "Restart the service after you change the configuration file.",
+    ]
+    planted = [f"{readme[0]} {INJECTIONS[2]} {readme[3]}"]
+    plain = InjectionGuard.from_file(WEIGHTS_PATH)
+    gated = InjectionGuard.from_file(WEIGHTS_PATH, DOCGATE_PATH)
+    assert "+docgate-" in gated.version and "+docgate" not in plain.version
+    assert InjectionGuard.load().version == gated.version  # the product reads through it
+    plain.score(readme)
+    gated.score(readme)
+    assert gated.windows_docgated > 0
+    assert gated.windows_embedded < plain.windows_embedded
+    assert (gated.score(readme) < gated.threshold).all()
+    assert (gated.score(INJECTIONS + [INDIRECT] + planted) >= gated.threshold).all()
+
+
+def test_a_documentation_gate_for_other_weights_is_refused(tmp_path: Path) -> None:
+    import json
+
+    from clef_pipelines.guard.model import DOCGATE_PATH, WEIGHTS_PATH, GuardError
+
+    with np.load(DOCGATE_PATH) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(bytes(arrays.pop("meta")).decode())
+    meta["weights"] = "guard-minilm-cascade-v0-000000000000"
+    other = tmp_path / "docgate.npz"
+    np.savez(other, **arrays, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8))
+    with pytest.raises(GuardError, match="fitted for guard-minilm-cascade-v0"):
+        InjectionGuard.from_file(WEIGHTS_PATH, other)

@@ -13,7 +13,12 @@ import pytest
 
 from clef_pipelines.config import EmbedderConfig
 from clef_pipelines.embedding import make_embedder
-from clef_pipelines.embedding.executor import EMBED_ACTOR_PREFIX, open_batch_runner
+from clef_pipelines.embedding.executor import (
+    EMBED_ACTOR_PREFIX,
+    EmbedExecutorError,
+    RayEmbedPool,
+    open_batch_runner,
+)
 from clef_pipelines.ingest.sync import embed_chunks
 from clef_pipelines.stores.memory import MemoryStore
 from tests.ingest.conftest import make_workspace
@@ -116,6 +121,55 @@ def test_ray_executor_same_vectors_and_cleans_up(ray_namespace: str) -> None:
     assert _wait_gone(ray_namespace)
     assert ray.get(by.ping.remote()) == "pong"
     ray.kill(by)
+
+
+def test_lost_actor_batches_sent_again(ray_namespace: str) -> None:
+    """An actor killed mid-pass (a crashed process; its node lives on): its unfinished batches
+    go to the other actor, a replacement starts, every batch is embedded once; with no retries
+    allowed the pass fails naming the setting. (Losing a whole node: test_ray_cluster.py.)"""
+    cfg = EmbedderConfig(
+        kind="hash",
+        dimension=32,
+        batch_size=4,
+        executor="ray",
+        # 0: replace at once (the node is alive: no waiting for the cluster to call it dead).
+        ray={"namespace": ray_namespace, "num_actors": 2, "node_loss_wait_s": 0},
+    )
+    texts = _chunks(160)["embed_text"].to_list()
+    batches = [texts[i : i + 4] for i in range(0, len(texts), 4)]
+    want = make_embedder(cfg.model_copy(update={"executor": "local"})).embed(texts)
+    got: list[np.ndarray] = []
+    with RayEmbedPool(cfg) as pool:
+        assert len(pool.wait_placed(timeout=60)) == 2
+        victim = pool.actors[0]
+        for out in pool.map(batches):
+            got.append(out)
+            if len(got) == 1:
+                ray.kill(victim, no_restart=True)  # the pool's own actor
+        counters = pool.counters
+    np.testing.assert_array_equal(np.concatenate(got), want)
+    assert counters.actors_lost == 1 and counters.nodes_lost == 0
+    assert counters.batches_retried >= 1 and counters.actors_replaced == 1
+    assert _wait_gone(ray_namespace)
+
+    strict = cfg.model_copy(update={"ray": cfg.ray.model_copy(update={"max_batch_retries": 0})})
+    with RayEmbedPool(strict) as pool:
+        pool.wait_placed(timeout=60)
+        victim = pool.actors[0]
+        with pytest.raises(EmbedExecutorError, match="max_batch_retries=0"):
+            for i, _ in enumerate(pool.map(batches)):
+                if i == 0:
+                    ray.kill(victim, no_restart=True)
+    assert _wait_gone(ray_namespace)
+
+
+def test_embedder_that_cannot_load_in_its_actor_fails_the_pass(ray_namespace: str) -> None:
+    """Not a lost actor to replace: the error says why the embedder did not load."""
+    cfg = EmbedderConfig(kind="openai", executor="ray", ray={"namespace": ray_namespace})
+    with RayEmbedPool(cfg) as pool, pytest.raises(EmbedExecutorError, match="base_url"):
+        list(pool.map([["a text"]]))
+    assert pool.counters.actors_replaced == 0
+    assert _wait_gone(ray_namespace)
 
 
 def _wait_gone(namespace: str, timeout: float = 30.0) -> bool:

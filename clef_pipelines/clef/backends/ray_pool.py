@@ -2,7 +2,10 @@
 started on a local Ray or joined to a cluster by address. Requests are batched per actor.
 
 The actors outlive the driver (and so Dagster runs) on a cluster; `shutdown_pool` kills them
-explicitly and kills nothing else. ray is imported only here, lazily.
+explicitly and kills nothing else. They are spread over the cluster's nodes, and Ray restarts
+one whose node is lost on a node with room (`clef.ray_max_restarts`), sending the batches it
+held again (an answer depends on its request only, so a retried batch answers the same).
+ray is imported only here, lazily.
 """
 
 from __future__ import annotations
@@ -54,7 +57,14 @@ class EngineActor:
         return [r if isinstance(r, dict) else error_to_dict(r) for r in out]
 
     def info(self) -> dict[str, Any]:
-        return self.engine.info() | {"pid": os.getpid()}
+        import ray
+
+        context = ray.get_runtime_context()
+        return self.engine.info() | {
+            "pid": os.getpid(),
+            "node_id": context.get_node_id(),
+            "restarted": context.was_current_actor_reconstructed,
+        }
 
 
 def local_ray_env() -> None:
@@ -76,7 +86,11 @@ def connect(address: str | None, namespace: str, num_cpus: int | None = None) ->
         }
         if address:
             kw["address"] = address
-        else:
+        elif not os.environ.get("RAY_ADDRESS"):
+            # A fresh local instance: without "local", Ray joins whatever cluster another
+            # program last started on this machine (its /tmp/ray session file), with our
+            # num_cpus refused. RAY_ADDRESS, Ray's own convention, still names a cluster.
+            kw["address"] = "local"
             local_ray_env()
             if num_cpus is not None:
                 kw["num_cpus"] = num_cpus
@@ -124,6 +138,7 @@ class RayBackend(Backend):
         max_batch: int,
         batch_wait_ms: float,
         local_num_cpus: int | None = None,
+        max_restarts: int = 3,
     ) -> None:
         super().__init__(model)
         if not release_dir:
@@ -140,6 +155,7 @@ class RayBackend(Backend):
         self.max_batch = max_batch
         self.batch_wait_ms = batch_wait_ms
         self.local_num_cpus = local_num_cpus
+        self.max_restarts = max_restarts
         self.counter = counter_for(release_dir)
         self.actors: list[Any] = []
         self._batchers: list[Batcher] = []
@@ -165,6 +181,9 @@ class RayBackend(Backend):
                     num_gpus=gpus,
                     num_cpus=self.num_cpus,
                     max_concurrency=1,
+                    scheduling_strategy="SPREAD",  # a lost node takes as few as it can
+                    max_restarts=self.max_restarts,
+                    max_task_retries=self.max_restarts,
                 ).remote(self.release_dir, device, self.max_length)
             )
         infos = ray.get([a.info.remote() for a in actors])

@@ -1,0 +1,272 @@
+"""One source ingested three ways: local disk, S3 (moto) with the intermediates and LanceDB
+there too, and S3 with every step in a process of its own; then an unchanged refresh of each.
+
+    .venv/bin/python -m bench run object_store [--docs 20000] [--modes local,s3,s3-multiprocess]
+        [--keep DIR] [--quick] [--json]
+
+The same generated Markdown files (80 to 400 words, `bench.scale`'s text), hash embedder, guard
+off, so what differs is where the bytes live. S3 is moto's server on loopback behind the
+counting proxy of `clef_pipelines.testing.s3_server` (started here; the runs are child
+processes), so "bytes read" and "bytes written" are the bodies that crossed the wire. Per run:
+wall and CPU seconds, peak RSS of the run's process (`s3-multiprocess`: of its largest step
+process, and the orchestrating process beside it), requests and bytes to the object store,
+objects downloaded. The unchanged refresh should list and compare only: no object downloaded.
+moto is a Python server on the same cores, so S3 figures here are a floor on the work, not a
+forecast of AWS latency. `--quick`: 500 documents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench._common import bench_cmd, child_env
+
+QUICK = {"docs": 500}
+MODES = ("local", "s3", "s3-multiprocess")
+SOURCE = "bench"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--docs", type=int, default=20_000, help="Documents in the source.")
+    parser.add_argument(
+        "--modes", default=",".join(MODES), help="Comma-separated: " + ", ".join(MODES)
+    )
+    parser.add_argument("--keep", type=Path, help="Work folder to keep (default: a temp folder).")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child-mode", help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+
+
+def _documents(n: int, seed: int = 13) -> list[tuple[str, bytes]]:
+    from bench.scale import _text, _vocabulary
+
+    rng = random.Random(seed)
+    vocab = _vocabulary(rng)
+    out = []
+    for i in range(n):
+        title = " ".join(rng.choice(vocab) for _ in range(rng.randint(2, 6))).title()
+        out.append(
+            (f"d{i // 1000:03d}/doc-{i:07d}.md", f"# {title}\n\n{_text(rng, vocab)}\n".encode())
+        )
+    return out
+
+
+def multiprocess_ingestion_job() -> Any:
+    """The ingestion assets as a job on Dagster's multiprocess executor (a child process
+    rebuilds it from here, with the config in $CLEF_PIPELINES_CONFIG)."""
+    import dagster as dg
+
+    from clef_pipelines.assets.ingestion import GROUP, source_partitions
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.jobs.location import build_definitions
+
+    defs = build_definitions(load_settings())
+    job = dg.define_asset_job(
+        "ingestion_job_multiprocess",
+        selection=dg.AssetSelection.groups(GROUP),
+        partitions_def=source_partitions,
+        executor_def=dg.multiprocess_executor,
+    )
+    return dg.Definitions(
+        assets=list(defs.assets or []),
+        asset_checks=list(defs.asset_checks or []),
+        resources=defs.resources,
+        jobs=[job],
+    ).resolve_job_def("ingestion_job_multiprocess")
+
+
+def _child(config: Path, mode: str, out: Path) -> None:
+    """One ingestion run in this process (or, multiprocess, orchestrated from it)."""
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.jobs.launch import run_ingestion
+
+    settings = load_settings(config)
+    started = time.perf_counter()
+    if mode != "s3-multiprocess":
+        (report,) = run_ingestion(settings, [SOURCE])
+        ok, error, assets = report.success, report.error, report.assets
+    else:
+        ok, error, assets = _multiprocess(config, settings)
+    wall = time.perf_counter() - started
+    flat = {
+        k: {m: v for m, v in meta.items() if isinstance(v, int | float | str)}
+        for k, meta in assets.items()
+    }
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out.write_text(
+        json.dumps(
+            {
+                "success": ok,
+                "error": error,
+                "wall_s": wall,
+                "assets": flat,
+                "children_peak_kib": children,
+            }
+        )
+    )
+
+
+def _multiprocess(config: Path, settings: Any) -> tuple[bool, str | None, dict[str, Any]]:
+    import dagster as dg
+
+    from clef_pipelines.jobs.ingestion import PARTITIONS
+    from clef_pipelines.jobs.launch import ensure_dagster_home, run_config
+    from clef_pipelines.jobs.results import plain_value
+
+    os.environ["CLEF_PIPELINES_CONFIG"] = str(config)
+    ensure_dagster_home(settings)
+    # Spawned step processes (Dagster's default start method): each imports what it needs,
+    # as a step in a container of its own does, and each is this process's child, so its
+    # peak memory and CPU time are counted (a forkserver's children would not be).
+    run = run_config()
+    with dg.DagsterInstance.get() as instance:
+        if SOURCE not in instance.get_dynamic_partitions(PARTITIONS):
+            instance.add_dynamic_partitions(PARTITIONS, [SOURCE])
+        with dg.execute_job(
+            dg.reconstructable(multiprocess_ingestion_job),
+            instance=instance,
+            tags={"dagster/partition": SOURCE},
+            run_config=run,
+        ) as result:
+            assets: dict[str, Any] = {}
+            for event in result.all_events:
+                if event.event_type_value == "ASSET_MATERIALIZATION":
+                    mat = event.event_specific_data.materialization  # type: ignore[union-attr]
+                    assets[mat.asset_key.path[-1]] = {
+                        k: plain_value(v) for k, v in mat.metadata.items()
+                    }
+            return result.success, None if result.success else "a step failed", assets
+
+
+def _config(work: Path, mode: str, s3: Any) -> Path:
+    raw: dict[str, Any] = {
+        "collection": "docs",
+        "embedder": {"kind": "hash", "dimension": 64},
+        "steering": {"guard": {"mode": "off"}},
+        "data_dir": str(work / mode / "state"),
+        "sources": [{"name": SOURCE, "path": str(work / "corpus")}],
+    }
+    if mode != "local":
+        raw["sources"] = [{"name": SOURCE, "path": f"s3://{s3.bucket_name}/corpus/"}]
+        raw["data_dir"] = f"s3://{s3.bucket_name}/{mode}"
+        raw["local_dir"] = str(work / mode / "local")
+        raw["object_store"] = {**s3.settings(), "max_attempts": 3}
+    (work / mode).mkdir(parents=True, exist_ok=True)
+    path = work / mode / "clef-pipelines.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+def _measured(config: Path, mode: str, label: str, s3: Any) -> dict[str, Any]:
+    out = config.parent / f"{label}.json"
+    env = child_env()
+    env["DAGSTER_HOME"] = str(config.parent / "dagster")
+    if s3 is not None:
+        env.update(s3.env())
+        s3.traffic.reset()
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        bench_cmd(
+            "object_store", "--child", str(config), "--child-mode", mode, "--child-out", str(out)
+        ),
+        env=env,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    result = json.loads(out.read_text()) if out.exists() else {}
+    if status != 0 or not result.get("success"):
+        raise SystemExit(f"{mode} {label}: the run failed: {result.get('error')} (status {status})")
+    assets = result["assets"]
+    docs = assets.get("source_documents", {})
+    row: dict[str, Any] = {
+        "mode": mode,
+        "run": label,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+        # ru_maxrss (KiB) of wait4: the largest of the run's process and the step processes
+        # it waited for; `step_peak_mb`: the largest step process alone (multiprocess mode).
+        "peak_rss_mb": round(usage.ru_maxrss / 1024),
+        "step_peak_mb": round(result["children_peak_kib"] / 1024),
+        "documents_new": docs.get("documents_new"),
+        "documents_unchanged": docs.get("documents_unchanged"),
+        "chunks": assets.get("chunks", {}).get("chunks", 0),
+        "load": f"{load_before:.1f}-{os.getloadavg()[0]:.1f}",
+    }
+    if s3 is not None:
+        t = s3.traffic
+        corpus = f"/{s3.bucket_name}/corpus/"
+        row.update(
+            {
+                "requests": dict(t.requests),
+                "bytes_read": t.bytes_out,
+                "bytes_written": t.bytes_in,
+                "objects_downloaded": sum(1 for p in t.object_gets() if p.startswith(corpus)),
+            }
+        )
+    return row
+
+
+def _upload(s3: Any, docs: list[tuple[str, bytes]]) -> float:
+    client = s3.client()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda d: client.put_object(Bucket=s3.bucket_name, Key=f"corpus/{d[0]}", Body=d[1]),
+                docs,
+            )
+        )
+    return time.perf_counter() - started
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.child is not None:
+        _child(args.child, args.child_mode, args.child_out)
+        return {}
+    from clef_pipelines.testing.s3_server import running_s3
+
+    modes = [m for m in args.modes.split(",") if m]
+    docs = _documents(args.docs)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-object-store-") as tmp, running_s3() as s3:
+        work = args.keep or Path(tmp)
+        for rel, body in docs:
+            path = work / "corpus" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body)
+        s3.bucket_name = s3.bucket("bench-object-store")  # type: ignore[attr-defined]
+        upload_s = _upload(s3, docs) if any(m != "local" for m in modes) else 0.0
+        for mode in modes:
+            config = _config(work, mode, s3)
+            for label in ("first", "unchanged"):
+                rows.append(_measured(config, mode, label, None if mode == "local" else s3))
+    print(f"\nobject_store: {args.docs:,} documents, hash embedder, {os.cpu_count()} CPUs")
+    print(f"(corpus upload to moto, not measured below: {upload_s:.0f} s)\n")
+    print(
+        "| mode | run | wall s | CPU s | peak RSS MB | step peak MB | new | unchanged "
+        "| requests | read MB | written MB | objects downloaded | load |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+    for r in rows:
+        reqs = ", ".join(f"{k} {v}" for k, v in sorted((r.get("requests") or {}).items()))
+        print(
+            f"| {r['mode']} | {r['run']} | {r['wall_s']} | {r['cpu_s']} | {r['peak_rss_mb']} "
+            f"| {r['step_peak_mb']} | {r['documents_new']} "
+            f"| {r['documents_unchanged']} | {reqs or '-'} "
+            f"| {r.get('bytes_read', 0) / 1e6:.1f} | {r.get('bytes_written', 0) / 1e6:.1f} "
+            f"| {r.get('objects_downloaded', '-')} | {r['load']} |"
+        )
+    return {"documents": args.docs, "upload_s": round(upload_s, 1), "rows": rows}
