@@ -635,6 +635,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             from bench.retrieval import Fake
 
             fake = Fake(args.latency_ms)
+            _wait_ready(fake)
         clef_url = fake.url if fake is not None else ""
 
         def counted(run_pass: Callable[[], PassResult]) -> PassResult:
@@ -687,6 +688,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "results": [r.__dict__ for r in results],
         **({"peer_skipped": peer_problem} if peer_problem else {}),
     }
+
+
+def _wait_ready(fake: Any, timeout_s: float = 60.0) -> None:
+    """Until the fake server answers: it prints its port before it listens."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fake.stats()
+            return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def _passes(
