@@ -43,6 +43,7 @@ BENCHMARKS: tuple[str, ...] = (
     "refresh",
     "scale",
     "ingest_peer",
+    "ingest_memory",
     "retrieval",
     "cold_query",
     "stores",

@@ -1,7 +1,7 @@
 """Cold `clef-pipelines query`: wall and CPU seconds of a fresh process on the demo collection.
 
     .venv/bin/python -m bench run cold_query [--runs 7] [--data-dir DIR] [--imports]
-        [--no-bytecode-cache] [--quick] [--json]
+        [--no-bytecode-cache] [--unchanged-ingest] [--quick] [--json]
 
 Uses data/demo.yaml (the embedded defaults: LanceDB, MiniLM, no keys so Clef is off) with
 its data_dir moved to --data-dir (default: a temporary folder), ingests the demo corpus
@@ -9,6 +9,8 @@ there once if it is not there yet, then runs `clef-pipelines query "<the first d
 question>"` --runs times, each in a new process, and prints the median and best wall and
 CPU (user + system) seconds. CPU seconds are what a busy shared machine distorts least.
 --imports also prints the packages that cost most import time in one run (-X importtime).
+--unchanged-ingest also times `clef-pipelines ingest` of the unchanged demo source right after
+each query run (the no-change fast path: no Dagster run) and its ratio to the cold query.
 
 Bytecode: this machine's environment sets PYTHONDONTWRITEBYTECODE, so an editable install
 compiles this package's sources on every start, which an installed wheel (byte-compiled by
@@ -64,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument("--imports", action="store_true")
     parser.add_argument(
+        "--unchanged-ingest",
+        action="store_true",
+        help="Also time `clef-pipelines ingest` with nothing changed (the no-change fast path), "
+        "each run right after a query run, and print its ratio to the cold query.",
+    )
+    parser.add_argument(
         "--no-bytecode-cache",
         action="store_true",
         help="Keep this environment's bytecode setting (compile the sources on every start).",
@@ -96,10 +104,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         env["PYTHONPYCACHEPREFIX"] = str(data_dir / "pycache")
         _timed(cmd, env)  # untimed: writes the bytecode cache, as an install would
     walls, cpus = [], []
+    ingest_cmd = [cli, "ingest", "--config", str(config)]
+    ingest_walls, ingest_cpus = [], []
     for _ in range(args.runs):
         wall, cpu, _ = _timed(cmd, env)
         walls.append(wall)
         cpus.append(cpu)
+        if args.unchanged_ingest:  # interleaved: both see the same load
+            wall, cpu, proc = _timed(ingest_cmd, env)
+            if "unchanged since its last clean run" not in proc.stdout:
+                raise SystemExit(f"the unchanged ingest started a run:\n{proc.stdout[-2000:]}")
+            ingest_walls.append(wall)
+            ingest_cpus.append(cpu)
     load = os.getloadavg()[0]
     print(
         f"cold `clef-pipelines query` on the demo collection, {args.runs} runs, load {load:.1f}, "
@@ -107,6 +123,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"wall median {statistics.median(walls):.2f} s (best {min(walls):.2f}), "
         f"CPU median {statistics.median(cpus):.2f} s (best {min(cpus):.2f})"
     )
+    unchanged: dict[str, Any] = {}
+    if args.unchanged_ingest:
+        ratio = statistics.median(ingest_walls) / statistics.median(walls)
+        print(
+            f"unchanged `clef-pipelines ingest` of the demo, interleaved: wall median "
+            f"{statistics.median(ingest_walls):.2f} s (best {min(ingest_walls):.2f}), CPU median "
+            f"{statistics.median(ingest_cpus):.2f} s; {ratio:.2f}x the cold query's wall"
+        )
+        unchanged = {
+            "unchanged_ingest_wall_s": [round(w, 3) for w in ingest_walls],
+            "unchanged_ingest_wall_median_s": round(statistics.median(ingest_walls), 3),
+            "unchanged_ingest_cpu_median_s": round(statistics.median(ingest_cpus), 3),
+            "unchanged_ingest_of_query": round(ratio, 3),
+        }
     if args.imports:
         _, _, proc = _timed(
             [sys.executable, "-X", "importtime", "-m", "clef_pipelines", *cmd[1:]], env
@@ -125,4 +155,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_median_s": round(statistics.median(cpus), 3),
         "cpu_best_s": round(min(cpus), 3),
         **({"imports": imports} if args.imports else {}),
+        **unchanged,
     }

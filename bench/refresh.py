@@ -5,7 +5,8 @@
 
 The refresh part of `python -m bench run scale` (the same generated JSONL documents of 80 to
 400 words, hash embedder, each run a fresh child process): per size, the first run, then an
-unchanged rerun (the inventory finds nothing to do) and a rerun after 1% of the documents were
+unchanged rerun (the inventory finds nothing to do), an unchanged `clef-pipelines ingest` (the
+CLI's no-change fast path: no Dagster run at all) and a rerun after 1% of the documents were
 edited (only they are parsed, chunked, embedded and replaced). Prints, per rerun, its wall and
 CPU seconds, peak memory and writes, and its share of the first run's wall and CPU time.
 `--quick`: 1,000 documents.
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 root,
                 args.store,
                 args.batch_documents,
-                ["first", "unchanged", "edited"],
+                ["first", "unchanged", "cli", "edited"],
                 args.guard,
             )
             first = rows[0]

@@ -27,6 +27,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -170,6 +171,34 @@ def measured_run(config: Path, work: Path, label: str) -> dict[str, Any]:
     return row
 
 
+def cli_unchanged_run(config: Path, work: Path) -> dict[str, Any]:
+    """`clef-pipelines ingest` in a fresh process with nothing changed since the last clean
+    run: the no-change fast path (no Dagster run). Fails when it starts a run."""
+    out = work / "cli_unchanged.txt"
+    cli = str(Path(sys.executable).with_name("clef-pipelines"))
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    with out.open("w") as stdout:
+        proc = subprocess.Popen(
+            [cli, "ingest", "--config", str(config)], env=child_env(), stdout=stdout
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    said = out.read_text()
+    if status != 0 or "unchanged since its last clean run" not in said:
+        raise SystemExit(f"the unchanged `ingest` started a run (status {status}):\n{said[-2000:]}")
+    return {
+        "run": "unchanged `ingest` (CLI, no run)",
+        "wall_s": round(wall, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "peak_rss_gb": round(usage.ru_maxrss / 1024 / 1024, 2),
+        "load": f"{load_before:.1f}-{os.getloadavg()[0]:.1f}",
+        "chunks": 0,
+        "embedded": 0,
+        "writes": 0,
+    }
+
+
 def bench_size(
     n: int,
     root: Path,
@@ -226,6 +255,9 @@ def bench_size(
         if key in runs:
             rows.append({"documents": n, **measured_run(config, work, label.replace(" ", "_"))})
             print(f"# {n:,} {label}: {rows[-1]}", flush=True)
+    if "cli" in runs:
+        rows.append({"documents": n, **cli_unchanged_run(config, work)})
+        print(f"# {n:,} unchanged `ingest` (CLI): {rows[-1]}", flush=True)
     if "edited" in runs:
         edited = edit_one_percent(corpus)
         (work / "edited").touch()
@@ -269,7 +301,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs",
         default="first,unchanged,edited",
-        help="Which runs per size: first, unchanged (rerun), edited (1%% edited rerun).",
+        help="Which runs per size: first, unchanged (rerun), cli (an unchanged `clef-pipelines "
+        "ingest`: the no-change fast path, no Dagster run), edited (1%% edited rerun).",
     )
     parser.add_argument(
         "--guard",

@@ -7,11 +7,9 @@ import uuid
 
 import polars as pl
 
+# Re-exported: the pipeline's version is read from here by the records' writers.
+from clef_pipelines.pipeline_version import PIPELINE_VERSION as PIPELINE_VERSION
 from clef_pipelines.stores.base import FieldType
-
-# 2: steering fields (quarantine reason, judges, needs_rescreen / needs_reenrich).
-# 3: MyST directives parsed and tiny sections joined (issue 55): every document's chunks change.
-PIPELINE_VERSION = "3"
 
 # A fixed namespace so that ids are the same on every machine and in every store.
 _ID_NAMESPACE = uuid.UUID("6f1c8a52-3c55-4f3a-9d1e-5f0b6c2f7a10")

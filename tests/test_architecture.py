@@ -25,6 +25,7 @@ LAYERS: list[frozenset[str]] = [
         {
             "_strict",
             "records",
+            "pipeline_version",
             "privacy",
             "redact",
             "objectstore",

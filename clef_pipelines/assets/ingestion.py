@@ -47,6 +47,7 @@ from clef_pipelines.ingest.batches import (
     batch_column,
     batch_count,
 )
+from clef_pipelines.ingest.clean_runs import forget_clean_run
 from clef_pipelines.ingest.documents import (
     FAILED,
     REMOVED,
@@ -224,6 +225,9 @@ def source_documents(
         on_wait=context.log.info,
         run_id=context.run_id,
     )
+    # Until this run ends clean, the source is not "unchanged since its last clean run":
+    # a run that fails or is killed from here on leaves `ingest` a run to do (and repair).
+    forget_clean_run(settings, source.name)
     # What a run killed in the middle of a step left half-written (one run per source at a
     # time: the wait above, the run queue and the collection lock see to that).
     shutil.rmtree(_staging(settings, context.partition_key), ignore_errors=True)

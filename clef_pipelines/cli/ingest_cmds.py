@@ -143,7 +143,12 @@ def ingest(
         list[str] | None, typer.Option(help="Configured source name(s) to ingest.")
     ] = None,
     dry_run: Annotated[bool, typer.Option(help="Show what would change; write nothing.")] = False,
-    force: Annotated[bool, typer.Option(help="Re-process every document.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Re-process every document, also of a source unchanged since its last clean run."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     config: ConfigOption = None,
 ) -> None:
@@ -152,15 +157,18 @@ def ingest(
     sources = chosen_sources(settings, paths, source, collection_arg(collection))
     if not sources:
         fail("nothing to ingest: give a PATH, or configure sources (see `clef-pipelines init`)")
-    for src in sources:
-        if not src.remote and not settings.resolve(src.path).exists():
-            fail(f"sources.{src.name}.path: {settings.resolve(src.path)} does not exist")
+    _check_source_paths(settings, sources)
     # Paths that are no configured source run in a throwaway Dagster instance.
     adhoc = [s.name for s in sources if s.name not in {c.name for c in settings.sources}]
     settings = with_sources(settings, sources)
     names = [s.name for s in sources]
     if dry_run:
         _dry_run(settings, names, force, as_json)
+        return
+    skipped = [] if force else _unchanged_sources(settings, names)
+    names = [n for n in names if n not in {s["source"] for s in skipped}]
+    if not names:  # nothing changed: no Dagster run, nothing imported to start one
+        _print_reports([], as_json, skipped)
         return
 
     from rich.progress import (
@@ -254,9 +262,15 @@ def ingest(
         if "error" in outcome:
             raise outcome["error"]
         reports = outcome["reports"]
-    _print_reports(reports, as_json)
+    _print_reports(reports, as_json, skipped)
     if not all(r.success for r in reports) or any(r.summary.all_failed for r in reports):
         raise typer.Exit(1)
+
+
+def _check_source_paths(settings: Settings, sources: list[SourceConfig]) -> None:
+    for src in sources:
+        if not src.remote and not settings.resolve(src.path).exists():
+            fail(f"sources.{src.name}.path: {settings.resolve(src.path)} does not exist")
 
 
 @contextlib.contextmanager
@@ -344,11 +358,52 @@ def _dry_run(settings: Settings, names: list[str], force: bool, as_json: bool) -
             console.print(f"  [red]failed[/] {lit(f['doc_id'])}: {lit(f['error'])}")
 
 
-def _print_reports(reports: list[SourceRunReport], as_json: bool) -> None:
+def _unchanged_sources(settings: Settings, names: list[str]) -> list[dict[str, Any]]:
+    """The sources unchanged since their last clean run (`ingest.clean_runs`), each as what
+    `ingest --json` prints for it; no Dagster, store or model is imported to tell."""
+    from clef_pipelines.ingest.clean_runs import unchanged_since_clean_run
+    from clef_pipelines.ingest.fingerprints import configured_pipeline_fingerprint
+
+    pipeline = configured_pipeline_fingerprint(settings)
+    out = []
+    for name in names:
+        src = settings.source(name)
+        record = unchanged_since_clean_run(settings, src, pipeline)
+        if record is not None:
+            out.append(
+                {
+                    "source": name,
+                    "collection": settings.collection_of(src),
+                    "success": True,
+                    "unchanged_since_run": record.get("run_id"),
+                    "recorded_at": record.get("recorded_at"),
+                    "failed_checks": record.get("failed_checks") or [],
+                }
+            )
+    return out
+
+
+def _unchanged_line(item: dict[str, Any]) -> str:
+    run = str(item.get("unchanged_since_run") or "?")[:8]
+    checks = item.get("failed_checks") or []
+    said = f"; its failed checks: {lit(', '.join(checks))}" if checks else ""
+    return (
+        f"[bold]{lit(item['source'])}[/] -> {lit(item['collection'])}: unchanged since its last "
+        f"clean run ({lit(run)}, {lit(item.get('recorded_at') or '?')}{said}): no run "
+        "started (--force runs it)"
+    )
+
+
+def _print_reports(
+    reports: list[SourceRunReport], as_json: bool, skipped: list[dict[str, Any]] | None = None
+) -> None:
+    skipped = skipped or []
     if as_json:
-        out = [{**r.as_dict(), "quarantine": r.summary.quarantine} for r in reports]
+        out = [*skipped, *({**r.as_dict(), "quarantine": r.summary.quarantine} for r in reports)]
         print(json.dumps(out, indent=2, default=str))
         return
+    for item in skipped:
+        console.print(_unchanged_line(item), soft_wrap=True)
     for r in reports:
         s = r.summary
         status = "[green]ok[/]" if r.success else "[red]failed[/]"
@@ -627,6 +682,7 @@ def delete(
     config: ConfigOption = None,
 ) -> None:
     """Delete documents (all their chunks) from a collection, or drop the collection."""
+    from clef_pipelines.ingest.clean_runs import forget_collection
     from clef_pipelines.stores import open_store
 
     settings = load_cli_settings(config)
@@ -640,6 +696,7 @@ def delete(
         if all_records:
             _confirm_drop(collection, store.count(collection), yes)
             store.drop(collection)
+            forget_collection(settings, collection)
             console.print(f"dropped collection {lit(collection)}")
             _drop_releases(settings, collection)
             return
@@ -647,6 +704,8 @@ def delete(
         if source:
             where["source"] = source
         n = store.delete(collection, where=where)
+        # Its sources' next `ingest` writes the deleted records again.
+        forget_collection(settings, collection)
         what = f"{len(doc)} document(s)" if doc else f"source {lit(source)}"
         console.print(f"deleted {n} records of {what} from {lit(collection)}")
         if n == 0:

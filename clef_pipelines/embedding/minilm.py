@@ -32,8 +32,12 @@ _SHARED_LOCK = threading.Lock()
 #: torch's import and load included: 8 SciFact abstracts 1.4 against 2.8 s, 16 (about 4,000
 #: word pieces) 4.8 against 8.0 s, 32 (about 8,000) 13.8 against 12.5 s; 32 sentences 4.3
 #: against 8.5 s; one text 0.3-0.5 against 3.8-4.7 s. With numpy's default BLAS threads it
-#: already lost at 16 abstracts (11.0 against 7.5 s), hence the one thread.
-SMALL_WORK_TOKENS = 4096
+#: already lost at 16 abstracts (11.0 against 7.5 s), hence the one thread. 8,192 and not
+#: 4,096: at 8,000 pieces the two take about as long, while torch and its model add some 300
+#: MB to the process (`bench run ingest_memory`), which set the peak of a first ingest of a
+#: dozen documents (issue 56); within an ingest the guard has often loaded the numpy MiniLM
+#: already, so numpy's load is paid and torch's is not.
+SMALL_WORK_TOKENS = 8192
 _NUMPY: list[Any] = []
 
 
@@ -130,6 +134,9 @@ class MiniLMEmbedder(Embedder):
         with _SHARED_LOCK:
             if device not in _SHARED:
                 _SHARED[device] = TorchMiniLM(model_dir(), device=device)
+                # From now on every call runs on torch (`small_work`): the numpy copy of the
+                # weights would only add its 60 MB to the process's peak.
+                _NUMPY.clear()
             self._model = _SHARED[device]
         return self._model
 

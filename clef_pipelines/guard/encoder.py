@@ -180,9 +180,15 @@ class NumpyGuardEncoder:
     bottom layers once, then MiniLM's own top layers or the tuned ones, without torch. The
     same vectors as ``GuardEncoder`` to about 1e-6 (``tests/guard/test_guard_minilm.py``)."""
 
-    def __init__(self, embedder: Any, tuned_arrays: dict[str, np.ndarray], count: int):
+    def __init__(
+        self, embedder: Any, tuned_arrays: dict[str, np.ndarray], count: int, source: Any = None
+    ):
+        """``embedder``: the numpy MiniLM the tuned layers are built from; ``source``: what
+        gives the process's numpy MiniLM at each call (default: ``embedder`` itself). Not
+        held: once torch's model loads, the numpy one is let go (``embedding.minilm``), and
+        an encoder holding it would keep its weights (some 60 MB) beside torch's."""
         w = embedder._load()
-        self._embedder = embedder
+        self._source = source or (lambda: embedder)
         self.count = count
         self._first = MINILM_LAYERS - count
         # The numpy MiniLM keeps each matrix transposed (``x @ W``); the stored deltas are
@@ -206,8 +212,9 @@ class NumpyGuardEncoder:
             token_batch,
         )
 
-        w = self._embedder._load()
-        tokenizer = self._embedder._tok
+        embedder = self._source()
+        w = embedder._load()
+        tokenizer = embedder._tok
         picks_all = np.asarray(tuned, dtype=bool)
         out = np.zeros((len(texts), 384), dtype=np.float32)
         order = np.argsort([len(t) for t in texts], kind="stable")

@@ -316,7 +316,7 @@ def tuned_encoder(  # type: ignore[no-untyped-def]
             from clef_pipelines.embedding.minilm import numpy_minilm
 
             _MiniLM.embedder()  # the extra is checked
-            return NumpyGuardEncoder(numpy_minilm(), arrays, layers)
+            return NumpyGuardEncoder(numpy_minilm(), arrays, layers, source=numpy_minilm)
         return GuardEncoder(_MiniLM.embedder()._load(), arrays, layers)
     except GuardError:
         raise

@@ -8,17 +8,23 @@ leaves documents that look changed, and the next run repairs them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from clef_pipelines.clef.client import resolve_backend
-from clef_pipelines.config import Settings
-from clef_pipelines.guard.loading import guard_fingerprint
-from clef_pipelines.records import PIPELINE_VERSION, sha256_hex
+# The settings' fingerprints live in a module without polars (the CLI's no-change check reads
+# them); re-exported here, where the inventory that compares them lives.
+from clef_pipelines.ingest.fingerprints import SETTING_NAMES as SETTING_NAMES
+from clef_pipelines.ingest.fingerprints import (
+    configured_pipeline_fingerprint as configured_pipeline_fingerprint,
+)
+from clef_pipelines.ingest.fingerprints import parts_fingerprint as parts_fingerprint
+from clef_pipelines.ingest.fingerprints import pipeline_fingerprint as pipeline_fingerprint
+from clef_pipelines.ingest.fingerprints import pipeline_parts as pipeline_parts
+from clef_pipelines.ingest.fingerprints import settings_digest as settings_digest
+from clef_pipelines.records import sha256_hex
 from clef_pipelines.stores.base import VectorStore
 
 NEW, CHANGED, UNCHANGED, REPAIR, REMOVED, FAILED = (
@@ -75,63 +81,6 @@ class StoredDocument:
             and len(self.expected_counts) == 1
             and next(iter(self.expected_counts)) == self.records
         )
-
-
-def pipeline_parts(settings: Settings, embedder_name: str) -> dict[str, Any]:
-    """Everything besides the raw bytes that changes a document's chunks or vectors, by part."""
-    parts: dict[str, Any] = {
-        "pipeline": PIPELINE_VERSION,
-        "chunking": settings.chunking.model_dump(mode="json"),
-        "encodings": settings.parsing.encodings,
-        "embedder": embedder_name,
-        # Decisions change which chunks exist: a new threshold re-decides each document (from
-        # cached answers), and switching Clef on or off re-screens with the judges now at hand.
-        "steering": settings.steering.decision_fingerprint(),
-        "clef": resolve_backend(settings.clef)[0],
-    }
-    guard = guard_fingerprint(settings.steering.guard, settings.base_dir)
-    if guard is not None:  # absent with the guard off: those collections keep their hashes
-        parts["guard_version"] = guard
-    return parts
-
-
-def parts_fingerprint(parts: dict[str, Any]) -> str:
-    """The hash of `pipeline_parts`, part of every document's hash."""
-    return sha256_hex(json.dumps(parts, sort_keys=True))[:16]
-
-
-def pipeline_fingerprint(settings: Settings, embedder_name: str) -> str:
-    return parts_fingerprint(pipeline_parts(settings, embedder_name))
-
-
-def configured_pipeline_fingerprint(settings: Settings) -> str:
-    """`pipeline_fingerprint` with the configured embedder, built for its name and not loaded
-    (the sensor's tick: a model is not loaded to learn its name)."""
-    from clef_pipelines.embedding import make_embedder
-
-    embedder = make_embedder(settings.embedder)
-    try:
-        return pipeline_fingerprint(settings, embedder.name)
-    finally:
-        embedder.close()
-
-
-#: What each part of `pipeline_parts` is, in the words of the config and the docs.
-SETTING_NAMES = {
-    "pipeline": "clef-pipelines' pipeline version",
-    "chunking": "chunking",
-    "encodings": "parsing.encodings",
-    "embedder": "embedder",
-    "steering": "steering (modes, thresholds, questions)",
-    "clef": "Clef backend",
-    "guard_version": "guard weights",
-}
-
-
-def settings_digest(parts: dict[str, Any]) -> dict[str, str]:
-    """A short hash per part, kept in the collection manifest beside each source, so that the
-    next inventory can say which settings changed (a document's hash folds them all in)."""
-    return {k: sha256_hex(json.dumps(v, sort_keys=True))[:12] for k, v in parts.items()}
 
 
 def changed_settings(manifest: dict[str, Any] | None, source: str, digest: dict[str, str]) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,10 +22,11 @@ from clef_pipelines.clef.client import SyncClefClient
 from clef_pipelines.config import ChunkingConfig, Settings, SourceConfig
 from clef_pipelines.ingest.batches import BATCH, BatchWriter
 from clef_pipelines.ingest.documents import TO_PROCESS, EntryState, document_hash
+from clef_pipelines.ingest.fingerprints import files_fingerprint
 from clef_pipelines.ingest.metadata import FieldTypes, MetadataError, metadata_fields
 from clef_pipelines.ingest.progress import report as progress_report
 from clef_pipelines.parsing import parse_document
-from clef_pipelines.parsing.loaders import SourceEntry, iter_source_entries, resolve_source_path
+from clef_pipelines.parsing.loaders import SourceEntry, iter_source_entries
 from clef_pipelines.parsing.models import Block, ParseError
 from clef_pipelines.parsing.remote import PREFETCH, prefetch
 from clef_pipelines.records import (
@@ -106,7 +106,7 @@ def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
     """A cheap change signal for the sensor: file names, sizes and modification times, and the
     releases of the source's documents (`steering.release`: a release or its undoing asks for
     a run, which screens those documents again)."""
-    files = _files_fingerprint(settings, source)
+    files = files_fingerprint(settings, source)
     try:
         released = source_releases(settings, source).digests(source.name)
     except ReleaseFileError:  # the run names the broken file; the sensor keeps ticking
@@ -114,29 +114,6 @@ def source_fingerprint(settings: Settings, source: SourceConfig) -> str:
     if not released:  # no releases: the signal of the files alone, as before releases
         return files
     return sha256_hex(files + json.dumps(sorted(released.items())))[:16]
-
-
-def _files_fingerprint(settings: Settings, source: SourceConfig) -> str:
-    if source.remote:  # the listing's keys and ETags: no object is read
-        from clef_pipelines.parsing.remote import remote_fingerprint
-
-        return remote_fingerprint(source, settings.object_store)
-    root = resolve_source_path(source, settings.base_dir)
-    if not root.exists():
-        return "missing"
-    if root.is_file():
-        st = root.stat()
-        return f"{st.st_size}:{st.st_mtime_ns}"
-    parts: list[str] = []
-    for dirpath, _dirs, files in os.walk(root):
-        for name in sorted(files):
-            path = Path(dirpath) / name
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            parts.append(f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}")
-    return sha256_hex("\n".join(sorted(parts)))[:16]
 
 
 class _Wanted:

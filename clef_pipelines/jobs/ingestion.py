@@ -18,7 +18,7 @@ import dagster as dg
 from clef_pipelines.assets.ingestion import GROUP, asset_key, source_partitions
 from clef_pipelines.config import Settings
 from clef_pipelines.ingest import stages
-from clef_pipelines.ingest.documents import configured_pipeline_fingerprint
+from clef_pipelines.ingest.fingerprints import configured_pipeline_fingerprint
 from clef_pipelines.resources.settings import PipelineSettings
 
 PARTITIONS = source_partitions.name or "sources"

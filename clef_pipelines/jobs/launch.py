@@ -22,6 +22,8 @@ from clef_pipelines.assets.evaluation import dataset_partitions
 from clef_pipelines.config import Settings
 from clef_pipelines.deploy import ONE_RUN_PER_SOURCE
 from clef_pipelines.evals.sources import with_eval_sources
+from clef_pipelines.ingest.clean_runs import record_clean_run, run_signal
+from clef_pipelines.ingest.fingerprints import configured_pipeline_fingerprint
 from clef_pipelines.ingest.locks import CollectionBusy, collection_lock, held, lock_path
 from clef_pipelines.jobs.ingestion import PARTITIONS, reconcile_partitions, record_project
 from clef_pipelines.jobs.location import build_definitions, build_resources
@@ -168,6 +170,7 @@ def run_ingestion(
     resources = build_resources(settings)
     reports: list[SourceRunReport] = []
     wait_s = settings.ingest_lock_timeout_s
+    pipeline = configured_pipeline_fingerprint(settings)
     # Two first runs in a fresh data folder must not race to create the instance's tables.
     with held(
         lock_path(settings.data_path, "dagster-instance"),
@@ -194,11 +197,15 @@ def run_ingestion(
                 # One ingest at a time per collection, for the whole run: its plan is made
                 # against a store no other run is changing.
                 with collection_lock(settings.data_path, collection, timeout_s=wait_s):
-                    reports.append(
-                        _run_one(
-                            job, instance, resources, source, force, force_documents, log_level
-                        )
+                    # Taken before the run: files edited while it runs differ from it.
+                    signal = run_signal(settings, settings.source(source), pipeline)
+                    report = _run_one(
+                        job, instance, resources, source, force, force_documents, log_level
                     )
+                    if report.clean:
+                        failed = sorted(k for k, ok in report.checks.items() if not ok)
+                        record_clean_run(settings, source, signal, report.run_id, failed)
+                    reports.append(report)
             except CollectionBusy as exc:
                 reports.append(
                     SourceRunReport(source=source, run_id="", success=False, error=str(exc))

@@ -262,6 +262,16 @@ class SourceRunReport:
         path = self.assets.get("eval_report", {}).get("report_json")
         return None if path is None else str(path)
 
+    @property
+    def clean(self) -> bool:
+        """A run that left nothing for a later one: it succeeded, no document failed and no
+        Clef request waits for an answer (`ingest.clean_runs`). A failed check does not count:
+        it judges what the store holds, which a run on the same input leaves as it is."""
+        if not self.success or self.error:
+            return False
+        summary = self.summary
+        return not summary.failed and not summary.clef_pending
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,

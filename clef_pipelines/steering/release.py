@@ -37,6 +37,7 @@ from clef_pipelines.chunking.models import make_embed_text, section_path_of
 from clef_pipelines.chunking.units import render
 from clef_pipelines.parsing.models import Block
 from clef_pipelines.records import content_hash, record_id, sha256_hex
+from clef_pipelines.steering.release_file import release_path as release_path
 from clef_pipelines.stores.base import VectorStore
 
 #: What a released block's `decided_by` and `screen_reason` say.
@@ -127,10 +128,6 @@ def _doc_order(d: ReleasedDocument) -> tuple[str, str]:
 
 class ReleaseFileError(ValueError):
     """The release file cannot be read."""
-
-
-def release_path(data_dir: str | os.PathLike[str], collection: str) -> Path:
-    return Path(data_dir) / "releases" / f"{collection}.json"
 
 
 def load_releases(data_dir: str | os.PathLike[str], collection: str) -> Releases:

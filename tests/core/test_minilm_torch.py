@@ -71,7 +71,7 @@ def test_minilm_embedder_keeps_its_identity() -> None:
 def test_small_work_runs_on_numpy_and_large_work_on_torch() -> None:
     """A few texts go to the numpy MiniLM while no torch model is loaded (a small refresh never
     imports torch); more word pieces than `small_work_tokens`, or any work once torch's model
-    is loaded, go to torch. Both give the same vectors. In a fresh interpreter: this one may
+    is loaded, go to torch, and the numpy copy is then let go. Both give the same vectors. In a fresh interpreter: this one may
     have loaded torch's model already."""
     code = textwrap.dedent(
         """
@@ -83,9 +83,12 @@ def test_small_work_runs_on_numpy_and_large_work_on_torch() -> None:
         a = small.embed(texts)
         assert "torch" not in sys.modules
         assert not small.small_work(["word " * 100])  # over 64 pieces
+        from clef_pipelines.embedding import minilm
+        assert minilm._NUMPY  # the numpy MiniLM is loaded
         b = MiniLMEmbedder(small_work_tokens=0).embed(texts)  # torch
         assert "torch" in sys.modules
         assert not small.small_work(texts)  # torch's model is loaded now
+        assert not minilm._NUMPY  # ... and the numpy copy let go: one MiniLM in the process
         assert np.abs(a - b).max() < 1e-5
         heavy = {"sentence_transformers", "transformers"}
         print(sorted(heavy & {m.split(".")[0] for m in sys.modules}))
