@@ -26,6 +26,7 @@ LAYERS: list[frozenset[str]] = [
             "_strict",
             "records",
             "pipeline_version",
+            "child_signals",
             "privacy",
             "redact",
             "objectstore",

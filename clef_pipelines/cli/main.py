@@ -15,6 +15,8 @@ import importlib
 import sys
 from typing import TYPE_CHECKING, Any
 
+from clef_pipelines.child_signals import let_children_be_terminated
+
 if TYPE_CHECKING:
     import typer
 
@@ -46,6 +48,7 @@ class ConsoleApp:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         argv = kwargs.get("args", args[0] if args else None)
+        let_children_be_terminated()
         if len(args) <= 1 and not kwargs.keys() - {"args"}:  # standalone, as the script runs
             from clef_pipelines.cli.compact_cmd import fast_main
 

@@ -19,6 +19,7 @@ import dagster as dg
 import yaml
 
 from clef_pipelines.assets.evaluation import dataset_partitions
+from clef_pipelines.child_signals import let_children_be_terminated
 from clef_pipelines.config import Settings
 from clef_pipelines.deploy import ONE_RUN_PER_SOURCE
 from clef_pipelines.evals.sources import with_eval_sources
@@ -234,6 +235,7 @@ def run_evaluation(
     if dataset not in instance.get_dynamic_partitions(name):
         instance.add_dynamic_partitions(name, [dataset])
     job = build_definitions(settings).resolve_job_def("eval_job")
+    let_children_be_terminated()
     result = job.execute_in_process(
         partition_key=dataset,
         instance=instance,
@@ -255,6 +257,7 @@ def _run_one(
     log_level: str,
 ) -> SourceRunReport:
     run_id = str(uuid.uuid4())
+    let_children_be_terminated()  # each step's log tails are stopped with SIGTERM
     try:
         result = job.execute_in_process(
             partition_key=source,
