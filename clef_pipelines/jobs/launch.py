@@ -12,6 +12,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Collection, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +172,7 @@ def run_ingestion(
     resources = build_resources(settings)
     reports: list[SourceRunReport] = []
     wait_s = settings.ingest_lock_timeout_s
-    pipeline = configured_pipeline_fingerprint(settings)
+    pipeline = _or_none(lambda: configured_pipeline_fingerprint(settings))
     # Two first runs in a fresh data folder must not race to create the instance's tables.
     with held(
         lock_path(settings.data_path, "dagster-instance"),
@@ -199,11 +200,15 @@ def run_ingestion(
                 # against a store no other run is changing.
                 with collection_lock(settings.data_path, collection, timeout_s=wait_s):
                     # Taken before the run: files edited while it runs differ from it.
-                    signal = run_signal(settings, settings.source(source), pipeline)
+                    signal = (
+                        _or_none(partial(run_signal, settings, settings.source(source), pipeline))
+                        if pipeline is not None
+                        else None
+                    )
                     report = _run_one(
                         job, instance, resources, source, force, force_documents, log_level
                     )
-                    if report.clean:
+                    if report.clean and signal is not None:
                         failed = sorted(k for k, ok in report.checks.items() if not ok)
                         record_clean_run(settings, source, signal, report.run_id, failed)
                     reports.append(report)
@@ -215,6 +220,16 @@ def run_ingestion(
         if adhoc_instance is not None:
             adhoc_instance.dispose()
     return reports
+
+
+def _or_none(compute: Callable[[], str]) -> str | None:
+    """A clean-run signal, or None where it cannot be computed: a guard whose weights file is
+    missing, say. That source's run then goes on and reports the error itself (naming the
+    setting), and no record is kept, so the next `ingest` runs it again."""
+    try:
+        return compute()
+    except Exception:  # noqa: BLE001 - whatever stops the signal, the run reports
+        return None
 
 
 def run_evaluation(
