@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import typer
 
+from clef_pipelines.child_signals import let_children_be_terminated
 from clef_pipelines.cli.damage import DamageAwareGroup
 
 app = typer.Typer(
@@ -39,3 +40,6 @@ def _main(
     ),
 ) -> None:
     """RAG ingestion, retrieval and evaluation on Dagster, steered by Clef."""
+    # Every command, however invoked (the console script, typer's CliRunner), on the main
+    # thread: runs work in a thread of their own, where signals cannot be set.
+    let_children_be_terminated()
