@@ -107,6 +107,13 @@ def _config(root: Path, storage: dict[str, Any]) -> Path:
     return cfg
 
 
+def container_signals() -> None:
+    """SIGINT and SIGTERM at their defaults, as a container's process has them (a runner in the
+    background passes them on ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 class Processes:
     """The deployment's long-running processes, each in a process group of its own, its
     output in a file (a pipe nobody reads would block the runs that inherit it)."""
@@ -124,6 +131,7 @@ class Processes:
             stdout=log,
             stderr=log,
             start_new_session=True,
+            preexec_fn=container_signals,
         )
 
     def stop(self, name: str) -> None:

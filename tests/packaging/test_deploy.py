@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -225,6 +226,14 @@ def test_the_build_check_runs_offline_and_writes_nothing(tmp_path: Path) -> None
     assert list(work.iterdir()) == []
 
 
+def container_signals() -> None:
+    """SIGINT and SIGTERM at their defaults, as a container's process has them: a test runner
+    started in the background (CI) passes them on ignored, and Dagster's servers map SIGTERM to
+    SIGINT's handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def test_the_image_command_serves_the_code_location(tmp_path: Path) -> None:
     """The container's command, started as a plain process, answers: its health check (the
     chart's probe) and the list of the location's jobs that the webserver and daemon ask for."""
@@ -244,7 +253,12 @@ def test_the_image_command_serves_the_code_location(tmp_path: Path) -> None:
     argv = code_server_command(host="127.0.0.1", port=port)
     log = (tmp_path / "code.log").open("wb")
     proc = subprocess.Popen(
-        [str(BIN / argv[0]), *argv[1:]], env=env, cwd=tmp_path, stdout=log, stderr=log
+        [str(BIN / argv[0]), *argv[1:]],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=log,
+        preexec_fn=container_signals,
     )
     try:
         health = [str(BIN / "dagster"), "api", "grpc-health-check", "-p", str(port)]
@@ -264,8 +278,13 @@ def test_the_image_command_serves_the_code_location(tmp_path: Path) -> None:
         pointer = listed.repository_code_pointer_dict["__repository__"]
         assert pointer.module == CODE_MODULE, pointer
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        proc.terminate()  # what Kubernetes sends a pod's process first
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+            raise
 
 
 def test_every_entry_point_of_the_image_is_installed() -> None:
