@@ -499,28 +499,23 @@ class InjectionGuard:
 
     # -- stages ---------------------------------------------------------------------------
 
-    def stage1_logits(self, windows: Sequence[str]) -> np.ndarray:
-        weights = self._stage1
+    def _linear_logits(
+        self, windows: Sequence[str], weights: np.ndarray, bias: float
+    ) -> np.ndarray:
+        """A linear model on the windows' hashed words (stage 1, the documentation gate)."""
         return np.array(
-            [
-                self._stage1_bias + float(weights[hashed_features(w, self.buckets)].sum())
-                for w in windows
-            ],
+            [bias + float(weights[hashed_features(w, self.buckets)].sum()) for w in windows],
             dtype=np.float64,
         )
+
+    def stage1_logits(self, windows: Sequence[str]) -> np.ndarray:
+        return self._linear_logits(windows, self._stage1, self._stage1_bias)
 
     def docgate_logits(self, windows: Sequence[str]) -> np.ndarray:
         """The documentation gate's logit per window (+inf without one: every window passes)."""
         if self._docgate is None:
             return np.full(len(windows), np.inf)
-        weights = self._docgate
-        return np.array(
-            [
-                self._docgate_bias + float(weights[hashed_features(w, self.buckets)].sum())
-                for w in windows
-            ],
-            dtype=np.float64,
-        )
+        return self._linear_logits(windows, self._docgate, self._docgate_bias)
 
     def stage2_probabilities(
         self, vectors: np.ndarray, stage1_logits: np.ndarray, prefix: bool = False
