@@ -1,14 +1,23 @@
 """Pieces of a source listing that local and remote sources share: the formats by file
-suffix, a document's title from its first heading, and one JSONL line as an entry."""
+suffix, a file's bytes as a document, a document's title from its first heading, and one
+JSONL line as an entry."""
 
 from __future__ import annotations
 
 import json
+from pathlib import PurePosixPath
 from typing import Any
 
 from clef_pipelines.config import ParsingConfig, SourceConfig
 from clef_pipelines.parsing.decode import check_string, check_text, decode_text
-from clef_pipelines.parsing.models import DocFormat, Document, MetaValue, ParseError, SourceEntry
+from clef_pipelines.parsing.models import (
+    TEXT_FORMATS,
+    DocFormat,
+    Document,
+    MetaValue,
+    ParseError,
+    SourceEntry,
+)
 from clef_pipelines.parsing.parse import parse_blocks
 from clef_pipelines.records import sha256_hex
 
@@ -25,6 +34,36 @@ SUFFIX_FORMATS: dict[str, DocFormat] = {
     ".docx": "docx",
 }
 _RECORD_FORMATS = ("md", "txt", "rst", "html")
+
+
+def file_document(
+    rel: str, uri: str, fmt: DocFormat, data: bytes, raw_hash: str, cfg: ParsingConfig
+) -> Document:
+    """A file's bytes (a local file's or an object's) as a ``Document`` named ``rel``: over
+    ``max_file_bytes``, undecodable text or an empty binary file is a ``ParseError`` naming
+    it; the title is the first heading, else the file's stem. ``raw_hash`` is what the next
+    listing compares with (a local file's bytes' hash, an object's listing identity)."""
+    if len(data) > cfg.max_file_bytes:
+        raise ParseError("oversize", f"{rel}: over the {cfg.max_file_bytes} byte limit")
+    content: str | bytes
+    if fmt in TEXT_FORMATS:
+        content = decode_text(data, cfg.encodings, rel)
+    else:
+        if not data.strip():
+            raise ParseError("empty", f"{rel}: the document is empty")
+        content = data
+    doc = Document(
+        doc_id=rel,
+        source_uri=uri,
+        title="",
+        content=content,
+        format=fmt,
+        metadata={"path": rel},
+        raw_hash=raw_hash,
+        archive_limits=(cfg.max_unpacked_bytes, cfg.max_archive_entries),
+    )
+    doc.title = first_heading(doc) or PurePosixPath(rel).stem
+    return doc
 
 
 def first_heading(doc: Document) -> str:

@@ -15,15 +15,15 @@ from pathlib import Path
 
 from clef_pipelines.config import ParsingConfig, SourceConfig
 from clef_pipelines.objectstore import ObjectStoreConfig
-from clef_pipelines.parsing.decode import check_string, decode_text
+from clef_pipelines.parsing.decode import check_string
 from clef_pipelines.parsing.entries import (  # noqa: F401 - re-exported
     SUFFIX_FORMATS,
+    file_document,
     first_heading,
     jsonl_entry,
 )
 from clef_pipelines.parsing.globs import matches
 from clef_pipelines.parsing.models import (
-    TEXT_FORMATS,
     Document,
     ParseError,
     SourceEntry,
@@ -197,25 +197,7 @@ def _file_entry(
         parsing_cfg = override or cfg
         # Re-read rather than keep every file's bytes in memory between listing and loading.
         data = _read_regular(full, rel, parsing_cfg.max_file_bytes)
-        content: str | bytes
-        if fmt in TEXT_FORMATS:
-            content = decode_text(data, parsing_cfg.encodings, rel)
-        else:
-            if not data.strip():
-                raise ParseError("empty", f"{rel}: the document is empty")
-            content = data
-        doc = Document(
-            doc_id=rel,
-            source_uri=uri,
-            title="",
-            content=content,
-            format=fmt,
-            metadata={"path": rel},
-            raw_hash=sha256_hex(data),
-            archive_limits=(parsing_cfg.max_unpacked_bytes, parsing_cfg.max_archive_entries),
-        )
-        doc.title = first_heading(doc) or full.stem
-        return doc
+        return file_document(rel, uri, fmt, data, sha256_hex(data), parsing_cfg)
 
     return SourceEntry(source, rel, uri, fmt, digest, None, load)
 

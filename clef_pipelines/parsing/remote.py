@@ -35,7 +35,7 @@ from clef_pipelines.objectstore import (
     scheme_of,
     strip_scheme,
 )
-from clef_pipelines.parsing.models import TEXT_FORMATS, Document, ParseError, SourceEntry
+from clef_pipelines.parsing.models import Document, ParseError, SourceEntry
 from clef_pipelines.records import sha256_hex
 
 #: The version of how listing facts become a raw hash (a change re-processes remote sources).
@@ -78,36 +78,6 @@ def _failure_text(exc: BaseException) -> str:
     """An object store's error in a few words: the HTTP status and message, no traceback."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"{type(exc).__name__}: {text[:300]}"
-
-
-def _document(
-    rel: str, uri: str, fmt: str, data: bytes, raw_hash: str, cfg: ParsingConfig
-) -> Document:
-    from clef_pipelines.parsing.decode import decode_text
-    from clef_pipelines.parsing.entries import first_heading
-
-    if len(data) > cfg.max_file_bytes:
-        raise ParseError("oversize", f"{rel}: over the {cfg.max_file_bytes} byte limit")
-    content: str | bytes
-    if fmt in TEXT_FORMATS:
-        content = decode_text(data, cfg.encodings, rel)
-    else:
-        if not data.strip():
-            raise ParseError("empty", f"{rel}: the document is empty")
-        content = data
-    doc = Document(
-        doc_id=rel,
-        source_uri=uri,
-        title="",
-        content=content,
-        format=fmt,  # type: ignore[arg-type]
-        metadata={"path": rel},
-        # The listing's hash, not the bytes': the next listing compares with it.
-        raw_hash=raw_hash,
-        archive_limits=(cfg.max_unpacked_bytes, cfg.max_archive_entries),
-    )
-    doc.title = first_heading(doc) or PurePosixPath(rel).stem
-    return doc
 
 
 def _object_entry(
@@ -168,7 +138,10 @@ def _object_entry(
 
     def load(override: ParsingConfig | None) -> Document:
         parsing_cfg = override or cfg
-        return _document(rel, uri, fmt, fetch(), raw_hash, parsing_cfg)  # type: ignore[arg-type]
+        from clef_pipelines.parsing.entries import file_document
+
+        # The listing's hash, not the bytes': the next listing compares with it.
+        return file_document(rel, uri, fmt, fetch(), raw_hash, parsing_cfg)  # type: ignore[arg-type]
 
     load.fetch_ahead = fetch_ahead  # type: ignore[attr-defined]
     return SourceEntry(source.name, rel, uri, fmt, raw_hash, None, load)  # type: ignore[arg-type]
