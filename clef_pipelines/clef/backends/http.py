@@ -3,8 +3,8 @@ backend, status and transport errors mapped to typed, retryable-or-not ClefError
 
 `in_threads=True` (a one-shot process: `clef-pipelines compact`) sends each request with
 httpx's sync `Client` on a daemon thread of its own instead: the event loop's client makes
-httpcore load anyio's asyncio backend on the first request, about a fifth of a cold
-`compact`'s instructions, for what is often one request. Requests still overlap (one thread
+httpcore load anyio's asyncio backend (and sniffio, anyio's streams) on the first request,
+about 5% of a cold `compact`'s instructions, for what is often one request. Requests still overlap (one thread
 each, up to `max_connections` in flight, as the pool allows), with the same timeouts, limits
 and errors. A request the caller stops waiting for (a deadline) runs on until its timeout
 but does not hold up the process's exit.
