@@ -4,7 +4,8 @@ memory, bytes sent to Clef per passage, warm p50; and what a preview costs in ke
     .venv/bin/python -m bench run compact [--passages 10] [--runs 7] [--warm-rounds 30]
                                           [--latency-ms 40] [--cases 100] [--preview-chars 512]
                                           [--budget 4000] [--skip-peer] [--no-peer-install]
-                                          [--no-bytecode-cache] [--quick] [--json]
+                                          [--no-bytecode-cache] [--callgrind] [--quick]
+                                          [--json]
 
 Input: the first SciFact train claim with a relevant abstract, and --passages abstracts (the
 relevant one first, then the abstracts sharing the most words with the claim), as `{id, text}`
@@ -19,6 +20,9 @@ JSONL for `clef-pipelines compact -i` and as `@file` arguments for `clef-compact
   untimed run, as an install would; the peer's venv was byte-compiled by pip).
   clef-compactor counts tokens with tiktoken's cl100k_base, which it downloads on first use;
   offline it falls back to a whitespace estimate after the download fails (reported).
+- **instructions** (`--callgrind`): one more cold run of each CLI under valgrind's callgrind,
+  the whole process's instruction count: unlike wall and CPU, it does not move with the
+  machine's load.
 - **warm**: each system's Python API in a process of its own, --warm-rounds compactions of the
   same input after one warm-up (ours: `acompact` with one shared `ClefClient`, as a service
   does; the peer: one `ClefCompactor`). p50 and p95 ms, requests and bytes per compaction.
@@ -204,6 +208,22 @@ def timed_rusage(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, An
     }
 
 
+def instructions(cmd: list[str], env: dict[str, str], cwd: Path) -> int:
+    """The instructions one run of `cmd` executes, counted by callgrind (all its threads)."""
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or not found:
+        raise RuntimeError(f"callgrind run of {Path(cmd[0]).name} failed: {tail(proc.stderr)}")
+    return int(found.group(1))
+
+
 def sent(records: list[dict[str, Any]], passages: int) -> dict[str, Any]:
     return {
         "requests": len(records),
@@ -379,6 +399,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-peer-install", action="store_true")
     parser.add_argument("--no-bytecode-cache", action="store_true")
     parser.add_argument("--skip-preview", action="store_true")
+    parser.add_argument(
+        "--callgrind", action="store_true", help="Also count each CLI's instructions (valgrind)."
+    )
     parser.add_argument("--_ours-warm", nargs=2, metavar=("CFG", "JOB"), help=argparse.SUPPRESS)
 
 
@@ -453,6 +476,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - one linear 
                 "counted tokens by whitespace"
             )
         cold = {name: summary(rs) for name, rs in runs.items()}
+        if args.callgrind:
+            for name, (cmd, env) in systems.items():
+                cold[name]["instructions"] = instructions(cmd, env, root)
 
         # warm
         warm: list[dict[str, Any]] = []
@@ -523,6 +549,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - one linear 
             f"{c['cpu_median_s']:.2f} | {c['rss_median_mib']:.0f} | {c['requests']} | "
             f"{c['bytes_per_passage']:,} |"
         )
+    for name, c in cold.items():
+        if "instructions" in c:
+            print(f"{name}: {c['instructions'] / 1e9:.3f} G instructions (callgrind, one run)")
     if problem:
         print(f"clef-compactor 0.2.1 left out: {problem}")
     for note in notes:

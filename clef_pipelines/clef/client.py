@@ -109,7 +109,11 @@ def resolve_backend(config: ClefConfig, env: Mapping[str, str] | None = None) ->
     )
 
 
-def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Backend:
+def make_backend(
+    config: ClefConfig, env: Mapping[str, str] | None = None, *, http_in_threads: bool = False
+) -> Backend:
+    """The backend `config` resolves to. `http_in_threads`: an HTTP backend sends from threads
+    with httpx's sync client (`backends/http.py`: for a one-shot process)."""
     env = os.environ if env is None else env
     name, why = resolve_backend(config, env)
     if config.backend == "auto":
@@ -121,6 +125,7 @@ def make_backend(config: ClefConfig, env: Mapping[str, str] | None = None) -> Ba
         "timeout_s": config.timeout_s,
         "connect_timeout_s": config.connect_timeout_s,
         "max_connections": config.max_concurrency,
+        "in_threads": http_in_threads,
     }
     if name == "workers-ai":
         from clef_pipelines.clef.backends.workers_ai import WorkersAIBackend
@@ -215,11 +220,12 @@ class ClefClient:
         backend: Backend | None = None,
         env: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        http_in_threads: bool = False,
     ) -> None:
         self.config = config or ClefConfig()
         # Injectable so tests can see the waits chosen without waiting.
         self._sleep = sleep if sleep is not None else asyncio.sleep
-        self.backend = backend or make_backend(self.config, env)
+        self.backend = backend or make_backend(self.config, env, http_in_threads=http_in_threads)
         self.usage = Usage(backend=self.backend.name, model=self.backend.model)
         self.cache: AnswerCache | None = None
         if self.config.cache and self.backend.enabled:

@@ -202,6 +202,7 @@ def run_compact_command(
                 data_dir=str(settings.data_path),
                 guard=settings.steering.guard,
                 base_dir=settings.base_dir,
+                one_shot=True,
             )
     except command_errors() as exc:
         fail(str(exc))

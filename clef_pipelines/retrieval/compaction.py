@@ -66,6 +66,7 @@ async def acompact(
     guard: GuardConfig | None = None,
     base_dir: str | Path = ".",
     guard_deadline_s: float | None = None,
+    one_shot: bool = False,
 ) -> RetrievalResult:
     """Compact `passages` (strings, dicts with `text`, or Candidates) for `query`.
 
@@ -75,7 +76,9 @@ async def acompact(
     (`steering.guard`, default: on with the package's weights; `base_dir` resolves its
     weights file). `guard_deadline_s`: seconds from the call's start by which the guard must
     have judged what a failing Clef left unjudged (None: no limit); what it has not judged
-    by then is withheld as `unscreened`.
+    by then is withheld as `unscreened`. `one_shot`: a process that compacts once and exits
+    (the CLI): the client it makes sends Clef's requests from threads
+    (`clef/backends/http.py`), which starts faster.
     """
     from clef_pipelines.chunking.tokens import count_tokens
 
@@ -87,7 +90,7 @@ async def acompact(
     result = RetrievalResult(query=query)
     own = client is None
     if client is None:
-        client = ClefClient(clef or ClefConfig(), data_dir=data_dir)
+        client = ClefClient(clef or ClefConfig(), data_dir=data_dir, http_in_threads=one_shot)
     try:
         ask_instructs_ai = cfg.classify.instructs_ai != "never"
         by_clef = clef_judges_instructions(cfg, client, ask_instructs_ai=ask_instructs_ai)

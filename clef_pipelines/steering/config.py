@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from clef_pipelines._strict import Mode, StrictModel
@@ -117,6 +116,9 @@ class Taxonomy(StrictModel):
 def load_taxonomy(path: str | Path) -> Taxonomy:
     """Read a taxonomy YAML (`fields: [{name, description, options: {id: description}}]`);
     errors name the file and the field."""
+    # Imported here: a cold `compact` without a config file reads no YAML (about 6% of it).
+    import yaml
+
     p = Path(path)
     try:
         raw = yaml.safe_load(p.read_text(encoding="utf-8")) or {}

@@ -70,7 +70,15 @@ def workers_ai(fake: FakeServer, tmp_path: Path, *, model: str = "clef", sleeps=
     )
 
 
-def self_hosted(fake: FakeServer, tmp_path: Path, *, sleeps=None, key: str = "test-key", **cfg):  # type: ignore[no-untyped-def]
+def self_hosted(
+    fake: FakeServer,
+    tmp_path: Path,
+    *,
+    sleeps=None,
+    key: str = "test-key",
+    http_in_threads: bool = False,
+    **cfg,
+):  # type: ignore[no-untyped-def]
     config = ClefConfig(
         backend="self-hosted", base_url=fake.base_url, api_key_env="KEY", **(FAST | cfg)
     )
@@ -79,6 +87,7 @@ def self_hosted(fake: FakeServer, tmp_path: Path, *, sleeps=None, key: str = "te
         env={"KEY": key},
         data_dir=tmp_path,
         sleep=sleeps if sleeps is not None else Sleeps(),
+        http_in_threads=http_in_threads,
     )
 
 
@@ -293,6 +302,41 @@ def test_concurrency_is_bounded(fake: FakeServer, tmp_path: Path) -> None:
         out = c.ask_many([({"i": i}, Q) for i in range(6)])
     assert all(not isinstance(r, Exception) for r in out)
     assert fake.max_inflight == 2
+
+
+def test_requests_from_threads_answer_overlap_and_fail_as_from_the_loop(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    """`http_in_threads` (the CLI's one-shot `compact`): the same answers, requests still in
+    flight together up to max_concurrency, and the same typed errors, with no event-loop
+    HTTP client made."""
+    with self_hosted(fake, tmp_path, cache=False) as c:
+        expected = c.ask("s", Q).answers
+    with self_hosted(fake, tmp_path, cache=False, http_in_threads=True) as c:
+        assert c.ask("s", Q).answers == expected
+        assert c.backend._http is None and c.backend._sync_http is not None  # type: ignore[attr-defined]
+    fake.script(*[Reply(delay_s=0.3)] * 6)
+    with self_hosted(fake, tmp_path, max_concurrency=2, cache=False, http_in_threads=True) as c:
+        out = c.ask_many([({"i": i}, Q) for i in range(6)])
+    assert all(not isinstance(r, Exception) for r in out)
+    assert fake.max_inflight == 2
+    fake.script(Reply(delay_s=2.0), Reply(delay_s=2.0))
+    with (
+        self_hosted(fake, tmp_path, timeout_s=0.5, max_retries=1, http_in_threads=True) as c,
+        pytest.raises(ClefRetriesExhausted) as err,
+    ):
+        c.ask("s2", Q)
+    assert isinstance(err.value.last, ClefTimeout)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = ClefConfig(backend="self-hosted", base_url=f"http://127.0.0.1:{port}", **FAST)
+    with (
+        SyncClefClient(config, sleep=Sleeps(), http_in_threads=True) as c,
+        pytest.raises(ClefRetriesExhausted) as err,
+    ):
+        c.ask("s", Q)
+    assert isinstance(err.value.last, ClefTransportError)
 
 
 def test_limiter_charges_requests_and_tokens() -> None:
