@@ -123,6 +123,12 @@ class RetrievalService:
         within_request = 0.8 * self.api.request_timeout_s
         return min(configured or within_request, within_request)
 
+    def guard_deadline_s(self) -> float:
+        """By when (90% of the request's deadline) the offline guard must have judged the
+        passages a failed Clef left: a guard still loading then withholds them, and the reply
+        leaves before the 504."""
+        return 0.9 * self.api.request_timeout_s
+
     async def retrieve(
         self,
         query: str,
@@ -134,7 +140,11 @@ class RetrievalService:
         r = self.retriever(collection)
         try:
             return await r.aretrieve(
-                query, where=where, top_k=top_k, clef_deadline_s=self.clef_deadline_s()
+                query,
+                where=where,
+                top_k=top_k,
+                clef_deadline_s=self.clef_deadline_s(),
+                guard_deadline_s=self.guard_deadline_s(),
             )
         except StoreError as exc:
             self._raise_if_dropped(r.collection, exc)
@@ -151,7 +161,11 @@ class RetrievalService:
         r = self.retriever(collection)
         try:
             return await r.aanswer(
-                query, where=where, top_k=top_k, clef_deadline_s=self.clef_deadline_s()
+                query,
+                where=where,
+                top_k=top_k,
+                clef_deadline_s=self.clef_deadline_s(),
+                guard_deadline_s=self.guard_deadline_s(),
             )
         except StoreError as exc:
             self._raise_if_dropped(r.collection, exc)
@@ -183,7 +197,7 @@ class RetrievalService:
                 base_dir=self.settings.base_dir,
                 # After a Clef failure (80% of the request's time), the guard judges what
                 # Clef did not, within 90%: the reply still leaves before the 504.
-                guard_deadline_s=0.9 * self.api.request_timeout_s,
+                guard_deadline_s=self.guard_deadline_s(),
             )
 
     def _compact_client(self) -> Any:

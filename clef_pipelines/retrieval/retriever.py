@@ -166,6 +166,23 @@ class Retriever:
 
     # ---- public ----------------------------------------------------------------------
 
+    def _warm_guard(self) -> None:
+        """Load the offline guard now where it would judge what a failed Clef leaves (guard
+        on, a collection nothing screened at ingest): a Clef outage then finds it ready within
+        a request's deadline, instead of withholding those passages while MiniLM loads."""
+        from clef_pipelines.retrieval.passage_guard import warm_guard
+        from clef_pipelines.stores.base import StoreError
+
+        guard_cfg = self.settings.steering.guard
+        if guard_cfg.mode == "off":
+            return
+        try:
+            manifest = self.store.get_manifest(self.collection)
+        except StoreError:
+            return  # no collection yet: nothing to judge
+        if not screened_at_ingest(manifest):
+            warm_guard(guard_cfg, self.settings.base_dir)
+
     def warm(self) -> Retriever:
         """Load the embedder (and let it lay itself out for many queries), start the Clef
         backend and import the query path's modules now, not on the first query; then
@@ -191,6 +208,7 @@ class Retriever:
         self.embedder.embed_queries(["warm up"])
         if self.clef.enabled:
             self._loop.run(self.clef.start())
+            self._warm_guard()
         gc.collect()
         return self
 
@@ -229,11 +247,14 @@ class Retriever:
         top_k: int | None = None,
         collection: str | None = None,
         clef_deadline_s: float | None = None,
+        guard_deadline_s: float | None = None,
     ) -> RetrievalResult:
         """Recall `top_k` candidates (the caller's `where` filter, else a route filter when
         Clef is confident), then classify, select, compact and gate them. `clef_deadline_s`:
         how long Clef may take, retries included (default `retrieval.clef_deadline_s`); past
-        it the result is degraded."""
+        it the result is degraded. `guard_deadline_s`: seconds from the call's start by which
+        the offline guard must have judged what a failed Clef left (a server's request
+        deadline); passages it has not judged by then are withheld (default: no limit)."""
         return await asyncio.wrap_future(
             self._loop.submit(
                 self._retrieve(
@@ -242,6 +263,7 @@ class Retriever:
                     top_k=top_k,
                     collection=collection,
                     clef_deadline_s=clef_deadline_s,
+                    guard_deadline_s=guard_deadline_s,
                 )
             )
         )
@@ -331,6 +353,7 @@ class Retriever:
         top_k: int | None = None,
         collection: str | None = None,
         recalled: tuple[list[Passage], dict[str, Any] | None, float, float] | None = None,
+        guard_deadline_s: float | None = None,
     ) -> RetrievalResult:
         """`recalled`: the passages, the manifest, when recall started (perf_counter) and its
         ms, when the caller recalled already (`retrieve`, for a query that is not routed)."""
@@ -412,7 +435,10 @@ class Retriever:
             wave_history=self._wave_history,
         )
         if guarded and by_clef and result.degraded:
-            await screen_what_clef_left(result, guard_cfg, self.settings.base_dir)
+            left = guard_deadline_s
+            if left is not None:
+                left -= time.perf_counter() - started
+            await screen_what_clef_left(result, guard_cfg, self.settings.base_dir, within_s=left)
         result.total_ms = (time.perf_counter() - started) * 1e3
         return result
 

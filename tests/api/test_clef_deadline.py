@@ -25,12 +25,18 @@ from tests.retrieval.test_cli import write_config
 HANG_S = 4.0
 
 
-def hanging_clef(fake: FakeServer, col: Any) -> None:
-    """The fake server answers nothing in time; the client keeps its production patience."""
-    fake.script(*[Reply(delay_s=HANG_S) for _ in range(200)])
+def hanging_clef(fake: FakeServer, col: Any, hang: bool = True) -> None:
+    """The fake server answers nothing in time (``hang``; else later, ``hang_from_now``); the
+    client keeps its production patience."""
+    if hang:
+        hang_from_now(fake)
     col.settings.clef = col.settings.clef.model_copy(
         update={"timeout_s": 60.0, "max_retries": 5, "backoff_base_s": 0.5, "backoff_max_s": 30}
     )
+
+
+def hang_from_now(fake: FakeServer) -> None:
+    fake.script(*[Reply(delay_s=HANG_S) for _ in range(200)])
 
 
 def assert_degraded_in_vector_order(body: dict[str, Any]) -> None:
@@ -43,8 +49,12 @@ def test_api_retrieve_degrades_within_the_request_deadline(
     fake: FakeServer, collection_factory: Any, api_factory: Any
 ) -> None:
     col = collection_factory(fake)
-    hanging_clef(fake, col)
+    hanging_clef(fake, col, hang=False)
     api = api_factory(col, request_timeout_s=2.5)  # Clef may take 80% of it: 2 s
+    # Warm as the `api` command warms it before serving: the query embedder, Clef, and the
+    # offline guard that judges what a failed Clef leaves (the collection was not screened).
+    api.service.warm()
+    hang_from_now(fake)
     r = httpx.post(f"{api.base_url}/v1/retrieve", json={"query": QUERY}, timeout=30)
     assert r.status_code == 200, r.text  # not a 504
     assert_degraded_in_vector_order(r.json())
@@ -73,12 +83,14 @@ def test_mcp_search_degrades_within_the_request_deadline(
     fake: FakeServer, collection_factory: Any
 ) -> None:
     col = collection_factory(fake)
-    hanging_clef(fake, col)
+    hanging_clef(fake, col, hang=False)
     settings = col.settings.model_copy(deep=True)
     settings.api = settings.api.model_copy(update={"request_timeout_s": 2.5})
 
     async def go() -> Any:
         with RetrievalService(settings, store=col.store) as service:
+            await asyncio.to_thread(service.warm)  # as the `mcp` command does before serving
+            hang_from_now(fake)
             async with Client(build_mcp_server(service)) as client:
                 found = await client.call_tool("search", {"query": QUERY})
                 await service.aclose_loop_clients()
