@@ -63,30 +63,6 @@ def _documents(n: int, seed: int = 13) -> list[tuple[str, bytes]]:
     return out
 
 
-def multiprocess_ingestion_job() -> Any:
-    """The ingestion assets as a job on Dagster's multiprocess executor (a child process
-    rebuilds it from here, with the config in $CLEF_PIPELINES_CONFIG)."""
-    import dagster as dg
-
-    from clef_pipelines.assets.ingestion import GROUP, source_partitions
-    from clef_pipelines.config import load_settings
-    from clef_pipelines.jobs.location import build_definitions
-
-    defs = build_definitions(load_settings())
-    job = dg.define_asset_job(
-        "ingestion_job_multiprocess",
-        selection=dg.AssetSelection.groups(GROUP),
-        partitions_def=source_partitions,
-        executor_def=dg.multiprocess_executor,
-    )
-    return dg.Definitions(
-        assets=list(defs.assets or []),
-        asset_checks=list(defs.asset_checks or []),
-        resources=defs.resources,
-        jobs=[job],
-    ).resolve_job_def("ingestion_job_multiprocess")
-
-
 def _child(config: Path, mode: str, out: Path) -> None:
     """One ingestion run in this process (or, multiprocess, orchestrated from it)."""
     from clef_pipelines.config import load_settings
@@ -123,6 +99,7 @@ def _multiprocess(config: Path, settings: Any) -> tuple[bool, str | None, dict[s
 
     from clef_pipelines.jobs.ingestion import PARTITIONS
     from clef_pipelines.jobs.launch import ensure_dagster_home, run_config
+    from clef_pipelines.jobs.location import configured_ingestion_job
     from clef_pipelines.jobs.results import plain_value
 
     os.environ["CLEF_PIPELINES_CONFIG"] = str(config)
@@ -135,7 +112,7 @@ def _multiprocess(config: Path, settings: Any) -> tuple[bool, str | None, dict[s
         if SOURCE not in instance.get_dynamic_partitions(PARTITIONS):
             instance.add_dynamic_partitions(PARTITIONS, [SOURCE])
         with dg.execute_job(
-            dg.reconstructable(multiprocess_ingestion_job),
+            dg.reconstructable(configured_ingestion_job),
             instance=instance,
             tags={"dagster/partition": SOURCE},
             run_config=run,
@@ -163,6 +140,8 @@ def _config(work: Path, mode: str, s3: Any) -> Path:
         raw["data_dir"] = f"s3://{s3.bucket_name}/{mode}"
         raw["local_dir"] = str(work / mode / "local")
         raw["object_store"] = {**s3.settings(), "max_attempts": 3}
+    if mode == "s3-multiprocess":
+        raw["executor"] = "multiprocess"  # each step a process (the run's own setting)
     (work / mode).mkdir(parents=True, exist_ok=True)
     path = work / mode / "clef-pipelines.yaml"
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")

@@ -83,6 +83,15 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     )
 
 
+def configured_ingestion_job() -> dg.JobDefinition:
+    """The location's ingestion job as the settings at ``$CLEF_PIPELINES_CONFIG`` build it
+    (their ``executor`` included): a target for ``dg.reconstructable``, so that a step
+    process of the multiprocess executor rebuilds the same job from the same file."""
+    from clef_pipelines.config import load_settings
+
+    return build_definitions(load_settings()).resolve_job_def("ingestion_job")
+
+
 def step_executor(settings: Settings) -> dg.ExecutorDefinition:
     """The executor of the `executor` setting."""
     if settings.executor == "multiprocess":

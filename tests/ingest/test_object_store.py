@@ -129,38 +129,15 @@ def _store_contents(ws: Any) -> dict[str, tuple[str, np.ndarray]]:
         store.close()
 
 
-def multiprocess_ingestion_job() -> Any:
-    """The ingestion assets as a job on Dagster's multiprocess executor: every step in a
-    process of its own (a child process rebuilds the job from here, with the config in
-    $CLEF_PIPELINES_CONFIG)."""
-    import dagster as dg
-
-    from clef_pipelines.assets.ingestion import GROUP, source_partitions
-    from clef_pipelines.config import load_settings
-    from clef_pipelines.jobs.location import build_definitions
-
-    defs = build_definitions(load_settings())
-    job = dg.define_asset_job(
-        "ingestion_job_multiprocess",
-        selection=dg.AssetSelection.groups(GROUP),
-        partitions_def=source_partitions,
-        executor_def=dg.multiprocess_executor,
-    )
-    merged = dg.Definitions(
-        assets=list(defs.assets or []),
-        asset_checks=list(defs.asset_checks or []),
-        resources=defs.resources,
-        jobs=[job],
-    )
-    return merged.resolve_job_def("ingestion_job_multiprocess")
-
-
 def _run_multiprocess(ws: Any, source: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     import dagster as dg
 
     from clef_pipelines.jobs.ingestion import PARTITIONS
     from clef_pipelines.jobs.launch import ensure_dagster_home, run_config
+    from clef_pipelines.jobs.location import configured_ingestion_job
 
+    # The settings' `executor: multiprocess`: each step in a process of its own, as a
+    # production deployment runs them; the job is the code location's own.
     monkeypatch.setenv("CLEF_PIPELINES_CONFIG", str(ws.config_path))
     ensure_dagster_home(ws.settings())
     with dg.DagsterInstance.get() as instance:
@@ -173,7 +150,7 @@ def _run_multiprocess(ws: Any, source: str, monkeypatch: pytest.MonkeyPatch) -> 
             "config": {"start_method": {"forkserver": {"preload_modules": preload}}}
         }
         with dg.execute_job(
-            dg.reconstructable(multiprocess_ingestion_job),
+            dg.reconstructable(configured_ingestion_job),
             instance=instance,
             tags={"dagster/partition": source},
             run_config=config,
@@ -211,6 +188,7 @@ def test_steps_in_separate_processes_on_object_storage_match_a_local_run(
         data_dir=f"s3://{s3.bucket_name}/clef",
         local_dir=str(tmp_path / "remote" / "scratch"),
         object_store=s3.settings(),
+        executor="multiprocess",
     )
     ok, steps = _run_multiprocess(remote, "s", monkeypatch)
     assert ok
