@@ -16,4 +16,27 @@ export TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0 DAGSTER_DG_UPDATE_
 # process alone.
 # The stress lane (`-m stress`: many processes at once) runs alone after the suite
 # (`make test-stress`), so that its processes do not starve the suite's timed subprocesses.
-python -m pytest -q -p no:cacheprovider -n "${TEST_WORKERS:-4}" --dist loadfile -m "${TEST_MARKERS:-not stress}" "$@"
+#
+# The tests' files live on tmpfs (/dev/shm) where it has room: every in-process ingest writes
+# hundreds of events to Dagster's SQLite, each a commit that waits on the disk, and on a busy
+# disk that wait, not the work, set the suite's time (a 14-step ingest: 7 s on ext4, 2.3 s on
+# tmpfs, the same CPU). The tests' PostgreSQL already runs with fsync off; what is tested is
+# the files' contents, never their durability. TEST_TMPDIR=DIR chooses another place;
+# TEST_TMPDIR=none keeps pytest's default (the system's temporary folder).
+tmp_root="${TEST_TMPDIR:-}"
+if [ -z "$tmp_root" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
+  free_kib="$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')"
+  if [ "${free_kib:-0}" -ge $((4 * 1024 * 1024)) ]; then tmp_root=/dev/shm; fi  # 4 GiB free
+fi
+basetemp=()
+if [ -n "$tmp_root" ] && [ "$tmp_root" != "none" ]; then
+  run_tmp="$(mktemp -d "$tmp_root/clef-tests.XXXXXX")"
+  trap 'rm -rf "$run_tmp"' EXIT
+  # TMPDIR too: tempfile's folders, the CLI subprocesses' and Ray's session files.
+  export TMPDIR="$run_tmp"
+  basetemp=(--basetemp "$run_tmp/pytest")
+fi
+# langsmith's pytest plugin (installed with the LangChain extra) is never used by these tests
+# and takes a second to import in each worker.
+python -m pytest -q -p no:cacheprovider -p no:langsmith_plugin ${basetemp[@]+"${basetemp[@]}"} \
+  -n "${TEST_WORKERS:-4}" --dist loadfile -m "${TEST_MARKERS:-not stress}" "$@"
