@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from clef_pipelines.cli.main import app
 from clef_pipelines.steering.manifest import screened_at_ingest
 from clef_pipelines.testing.guard_weights import weights_copy
-from tests.ingest.conftest import Workspace, make_workspace
+from tests.ingest.conftest import Ingested, Workspace, make_workspace
 from tests.steering.scripted import PLANTED
 
 
@@ -25,12 +25,9 @@ def assert_only_code_kept(ws: Workspace) -> None:
 
 
 def test_guard_alone_quarantines_the_planted_paragraph_and_nothing_else(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    guard_ingested: Ingested,
 ) -> None:
-    ws = make_workspace(
-        tmp_path, monkeypatch, clef={"backend": "off"}, steering={"guard": {"mode": "on"}}
-    )
-    (report,) = ws.ingest()
+    ws, report = guard_ingested.workspace, guard_ingested.report
     assert report.success, report.error
     screen = report.assets["screened_paragraphs"]
     assert screen["guard"] == "on" and screen["screen"] == "unavailable"
@@ -112,7 +109,7 @@ def test_a_check_fails_when_quarantine_exceeds_its_bound(
 
 
 def test_a_new_guard_rescreens_unchanged_documents_without_reembedding(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    guard_ingested: Ingested, tmp_path: Path
 ) -> None:
     """The guard's version is part of each document's hash: with other weights (an upgrade of
     the package's, or `steering.guard.weights`), the next run scores every document with the
@@ -120,10 +117,7 @@ def test_a_new_guard_rescreens_unchanged_documents_without_reembedding(
     unchanged chunks keep their vectors. With no threshold in config, the weights' own decides."""
     from clef_pipelines.guard.loading import load_guard
 
-    ws = make_workspace(
-        tmp_path, monkeypatch, clef={"backend": "off"}, steering={"guard": {"mode": "on"}}
-    )
-    (first,) = ws.ingest()
+    ws, first = guard_ingested.workspace, guard_ingested.report
     assert first.success, first.error
     assert first.assets["source_documents"]["settings_changed"] == "not recorded"
     before = {r["id"]: r for r in ws.records()}

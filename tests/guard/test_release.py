@@ -18,7 +18,7 @@ from clef_pipelines.ingest import stages
 from clef_pipelines.ingest.batches import FrameBatches
 from clef_pipelines.steering.checks import screen_rates_of
 from clef_pipelines.steering.config import ChecksConfig
-from tests.ingest.conftest import Workspace, make_workspace
+from tests.ingest.conftest import Ingested, Workspace, make_workspace
 from tests.steering.scripted import PLANTED
 
 RATE_CHECK = "screened_paragraphs:screen_rates_within_bounds"
@@ -49,14 +49,11 @@ def retrievable(ws: Workspace, record: dict) -> bool:
 
 
 def test_ingest_reports_the_quarantine_and_release_puts_the_planted_paragraph_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    guard_ingested: Ingested, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from clef_pipelines.cli.ingest_cmds import _print_reports
 
-    ws = make_workspace(
-        tmp_path, monkeypatch, clef={"backend": "off"}, steering={"guard": {"mode": "on"}}
-    )
-    (report,) = ws.ingest()
+    ws, report = guard_ingested.workspace, guard_ingested.report
     assert report.success, report.error
     (q,) = planted_records(ws)
     assert q["quarantined"]

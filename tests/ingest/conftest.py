@@ -75,3 +75,46 @@ def make_workspace(root: Path, monkeypatch: pytest.MonkeyPatch, **config: Any) -
 @pytest.fixture
 def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     return make_workspace(tmp_path, monkeypatch)
+
+
+def copy_workspace(prepared: Workspace, root: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    """A private copy of `prepared` (its corpus, config, data folder and Dagster home) at `root`,
+    its config pointed at the copy's data folder: what a test changes there no other test sees."""
+    shutil.copytree(prepared.root, root, dirs_exist_ok=True)
+    config_path = root / prepared.config_path.name
+    raw = yaml.safe_load(config_path.read_text())
+    raw["data_dir"] = str(root / "state")
+    config_path.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("DAGSTER_HOME", str(root / "dagster"))
+    monkeypatch.delenv("CLEF_PIPELINES_CONFIG", raising=False)
+    return Workspace(root, config_path)
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """A workspace whose sample corpus has been ingested once, and that run's report."""
+
+    workspace: Workspace
+    report: SourceRunReport
+
+
+@pytest.fixture(scope="session")
+def sample_ingested(tmp_path_factory: pytest.TempPathFactory) -> Ingested:
+    """The sample corpus ingested once per test process, with `make_workspace`'s settings.
+    Only `ingested` hands it out, as a copy: the tests that start from an ingested corpus
+    share this one run instead of each making it in a fresh Dagster instance."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        ws = make_workspace(tmp_path_factory.mktemp("sample-ingested"), monkeypatch)
+        (report,) = ws.ingest()
+    assert report.success, report.error
+    return Ingested(ws, report)
+
+
+@pytest.fixture
+def ingested(
+    sample_ingested: Ingested, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Ingested:
+    """The sample corpus already ingested once (as `workspace` followed by `ingest()`), in a
+    private copy at tmp_path; `report` is that first run's (shared: read it, do not change it)."""
+    ws = copy_workspace(sample_ingested.workspace, tmp_path, monkeypatch)
+    return Ingested(ws, sample_ingested.report)

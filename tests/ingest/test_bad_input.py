@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ingest.conftest import Workspace, make_workspace
+from tests.ingest.conftest import Ingested, make_workspace
 
 
 def _failed(report) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -52,8 +52,8 @@ def test_each_bad_file_fails_alone_with_its_reason(
     assert len(stored) >= 4
 
 
-def test_a_document_that_breaks_keeps_its_stored_records(workspace: Workspace) -> None:
-    workspace.ingest()
+def test_a_document_that_breaks_keeps_its_stored_records(ingested: Ingested) -> None:
+    workspace = ingested.workspace
     target = sorted(workspace.corpus.rglob("*.md"))[0]
     doc_id = target.relative_to(workspace.corpus).as_posix()
     before = {r["id"] for r in workspace.records() if r["doc_id"] == doc_id}
@@ -92,12 +92,12 @@ def test_jsonl_bad_lines_fail_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_a_document_that_breaks_keeps_its_records_beside_another_changed_one(
-    workspace: Workspace,
+    ingested: Ingested,
 ) -> None:
     """The inventory calls both documents changed (from their bytes); one then fails to parse.
     It arrives at the sync with no chunks beside a document that has some, and must keep what
     the store holds (it once lost every record here), while the other is replaced."""
-    workspace.ingest()
+    workspace = ingested.workspace
     broken, edited = sorted(workspace.corpus.rglob("*.md"))[:2]
     doc_id = broken.relative_to(workspace.corpus).as_posix()
     before = {r["id"] for r in workspace.records() if r["doc_id"] == doc_id}

@@ -17,7 +17,7 @@ from clef_pipelines.assets.ingestion import asset_key, ingestion_assets
 from clef_pipelines.jobs.location import build_resources
 from clef_pipelines.steering import checks
 from clef_pipelines.steering.config import ChecksConfig
-from tests.ingest.conftest import Workspace, make_workspace
+from tests.ingest.conftest import Ingested, Workspace, make_workspace
 
 SIZES = dg.AssetCheckKey(asset_key("chunks"), "chunks_within_max_tokens")
 
@@ -93,8 +93,8 @@ def test_a_failure_stays_with_its_source_until_that_source_passes(
     assert _latest(SIZES, "sample") is True
 
 
-def test_checks_run_alone_on_what_the_assets_hold(workspace: Workspace) -> None:
-    (first,) = workspace.ingest()
+def test_checks_run_alone_on_what_the_assets_hold(ingested: Ingested) -> None:
+    workspace, first = ingested.workspace, ingested.report
     settings = workspace.settings()
     alone = dg.Definitions(
         assets=ingestion_assets,

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from clef_pipelines.cli.main import app
-from tests.ingest.conftest import Workspace
+from tests.ingest.conftest import Ingested, Workspace
 from tests.pg import free_port
 
 runner = CliRunner()
@@ -214,8 +214,8 @@ def test_webserver_lists_the_ingestion_assets(workspace: Workspace) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def test_query_with_another_embedder_is_refused(workspace: Workspace) -> None:
-    workspace.ingest()
+def test_query_with_another_embedder_is_refused(ingested: Ingested) -> None:
+    workspace = ingested.workspace
     workspace.write_config(embedder={"kind": "hash", "dimension": 32})
     result = runner.invoke(app, ["query", "token", "--config", str(workspace.config_path)])
     assert result.exit_code == 2

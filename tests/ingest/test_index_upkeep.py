@@ -13,7 +13,7 @@ from typing import Any
 import lancedb
 
 from clef_pipelines.stores.lancedb_store import LanceDBStore
-from tests.ingest.conftest import Workspace
+from tests.ingest.conftest import Ingested
 
 QUERIES = ("sync folder devices", "install the desktop client", "conflict copy error")
 
@@ -47,8 +47,8 @@ def interrupt_upkeep(store: LanceDBStore) -> int:
     return rows.num_rows
 
 
-def test_an_unchanged_rerun_finishes_interrupted_index_upkeep(workspace: Workspace) -> None:
-    workspace.ingest()
+def test_an_unchanged_rerun_finishes_interrupted_index_upkeep(ingested: Ingested) -> None:
+    workspace = ingested.workspace
     store: Any = workspace.store()
     try:
         clean = rankings(store)

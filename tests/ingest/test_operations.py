@@ -19,13 +19,13 @@ from typer.testing import CliRunner
 
 from clef_pipelines.cli.main import app
 from clef_pipelines.config import Settings, load_settings
-from tests.ingest.conftest import Workspace, make_workspace
+from tests.ingest.conftest import Ingested, Workspace, make_workspace
 
 runner = CliRunner()
 
 
 def test_run_config_is_typed_and_force_documents_reprocesses_only_matches(
-    workspace: Workspace,
+    ingested: Ingested,
 ) -> None:
     from clef_pipelines.assets.ingestion import source_documents
 
@@ -33,7 +33,7 @@ def test_run_config_is_typed_and_force_documents_reprocesses_only_matches(
     assert {"force", "force_documents"} <= set(fields)
     assert fields["force"].description and fields["force"].default_value is False
 
-    workspace.ingest()
+    workspace = ingested.workspace
     (some,) = workspace.ingest(force_documents=["*.md"])
     n_md = sum(1 for _ in workspace.corpus.glob("*.md"))
     assert some.assets["source_documents"]["documents_changed"] == n_md
@@ -44,9 +44,9 @@ def test_run_config_is_typed_and_force_documents_reprocesses_only_matches(
 
 
 def test_no_change_run_materialises_every_asset_and_says_what_each_holds(
-    workspace: Workspace,
+    ingested: Ingested,
 ) -> None:
-    (first,) = workspace.ingest()
+    workspace, first = ingested.workspace, ingested.report
     stored = first.assets["store_sync"]["store/chunks"]
     assert first.assets["chunks"]["dagster/row_count"] > 0
     # A delta intermediate says it holds the run's change, with the whole-state counts beside.
@@ -129,8 +129,8 @@ def test_version_and_commented_init(tmp_path: Path) -> None:
         assert "default:" in block, f"no default before {line!r}"
 
 
-def test_delete_a_removed_sources_records(workspace: Workspace) -> None:
-    workspace.ingest()
+def test_delete_a_removed_sources_records(ingested: Ingested) -> None:
+    workspace = ingested.workspace
     workspace.write_config(sources=[])
     result = runner.invoke(
         app,

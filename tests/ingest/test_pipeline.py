@@ -13,7 +13,7 @@ import pytest
 
 from clef_pipelines.ingest.sync import KILL_AFTER_UPSERTS_ENV
 from clef_pipelines.records import PIPELINE_VERSION, RECORD_FIELDS
-from tests.ingest.conftest import Workspace, make_workspace
+from tests.ingest.conftest import Ingested, Workspace, make_workspace
 
 INGESTION_ASSETS = {
     "source_documents",
@@ -60,8 +60,8 @@ def test_definitions_load_with_described_grouped_assets() -> None:
     assert defs.resolve_schedule_def("source_refresh_schedule")
 
 
-def test_sample_corpus_materialises_into_store(workspace: Workspace) -> None:
-    (report,) = workspace.ingest()
+def test_sample_corpus_materialises_into_store(ingested: Ingested) -> None:
+    workspace, report = ingested.workspace, ingested.report
     assert report.success, report.error
     assert set(report.assets) >= INGESTION_ASSETS
     docs = report.assets["source_documents"]
@@ -112,8 +112,8 @@ def test_sample_corpus_materialises_into_store(workspace: Workspace) -> None:
             assert first_words in original[r["char_start"] : r["char_end"]]
 
 
-def test_rerun_without_changes_embeds_and_writes_nothing(workspace: Workspace) -> None:
-    workspace.ingest()
+def test_rerun_without_changes_embeds_and_writes_nothing(ingested: Ingested) -> None:
+    workspace = ingested.workspace
     store = workspace.store()
     manifest_before = store.get_manifest("docs")
     store.close()
@@ -138,8 +138,8 @@ def _first_md(workspace: Workspace) -> Path:
     return sorted(workspace.corpus.rglob("*.md"))[0]
 
 
-def test_editing_one_document_reembeds_only_its_new_chunks(workspace: Workspace) -> None:
-    workspace.ingest()
+def test_editing_one_document_reembeds_only_its_new_chunks(ingested: Ingested) -> None:
+    workspace = ingested.workspace
     before = {r["id"]: r for r in workspace.records()}
     target = _first_md(workspace)
     doc_id = target.relative_to(workspace.corpus).as_posix()
@@ -163,8 +163,8 @@ def test_editing_one_document_reembeds_only_its_new_chunks(workspace: Workspace)
     assert len({r["doc_hash"] for r in after.values() if r["doc_id"] == doc_id}) == 1
 
 
-def test_removing_a_file_removes_its_records(workspace: Workspace) -> None:
-    workspace.ingest()
+def test_removing_a_file_removes_its_records(ingested: Ingested) -> None:
+    workspace = ingested.workspace
     target = _first_md(workspace)
     doc_id = target.relative_to(workspace.corpus).as_posix()
     assert any(r["doc_id"] == doc_id for r in workspace.records())
@@ -251,8 +251,8 @@ def test_killed_sync_converges_on_rerun(tmp_path: Path, monkeypatch: pytest.Monk
     assert settled.assets["store_sync"]["changed"] is False
 
 
-def test_embedder_change_is_refused(workspace: Workspace) -> None:
-    workspace.ingest()
+def test_embedder_change_is_refused(ingested: Ingested) -> None:
+    workspace = ingested.workspace
     workspace.write_config(embedder={"kind": "hash", "dimension": 32})
     (report,) = workspace.ingest()
     assert not report.success

@@ -15,7 +15,7 @@ import time
 import dagster as dg
 
 from clef_pipelines.ingest import progress
-from tests.ingest.conftest import REPO, Workspace
+from tests.ingest.conftest import REPO, Ingested, Workspace
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _FRAME = re.compile(r"\b(list|parse|screen|chunk|embed|sync)\s+[━╸╺ ]*\s*(\d+)/(\d+)")
@@ -81,8 +81,8 @@ def test_ingest_under_a_terminal_draws_every_stage_live_with_right_totals(
     assert ("screen", "0", str(blocks)) in frames
 
 
-def test_the_run_log_says_each_stages_totals(workspace: Workspace) -> None:
-    (report,) = workspace.ingest()
+def test_the_run_log_says_each_stages_totals(ingested: Ingested) -> None:
+    report = ingested.report  # the copy's Dagster instance holds the run
     assert report.success
     logs = dg.DagsterInstance.get().all_logs(report.run_id)
     lines = [e.user_message for e in logs if e.user_message]

@@ -7,8 +7,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from tests.ingest.conftest import Workspace
 from tests.ingest.ui import dagster_dev, gql
+
+# A real `dagster dev` (webserver, daemon, code server) and the two runs' processes at once:
+# the stress lane, like the UI's other tests (test_ui_backfill, test_ui_stop).
+pytestmark = pytest.mark.stress
 
 DONE = {"SUCCESS", "FAILURE", "CANCELED"}
 
