@@ -7,19 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.ingest.conftest import Ingested, copy_workspace, make_workspace
+from tests.ingest.conftest import Ingested, copy_workspace, ingest_once
 
 GUARD_ON_CLEF_OFF = {"clef": {"backend": "off"}, "steering": {"guard": {"mode": "on"}}}
 
 
 @pytest.fixture(scope="session")
 def guard_ingested_once(tmp_path_factory: pytest.TempPathFactory) -> Ingested:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        root = tmp_path_factory.mktemp("guard-ingested")
-        ws = make_workspace(root, monkeypatch, **GUARD_ON_CLEF_OFF)
-        (report,) = ws.ingest()
-    assert report.success, report.error
-    return Ingested(ws, report)
+    return ingest_once(tmp_path_factory, "guard-ingested", **GUARD_ON_CLEF_OFF)
 
 
 @pytest.fixture

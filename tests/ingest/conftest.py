@@ -98,16 +98,22 @@ class Ingested:
     report: SourceRunReport
 
 
+def ingest_once(tmp_path_factory: pytest.TempPathFactory, name: str, **settings: Any) -> Ingested:
+    """`make_workspace(..., **settings)` in a fresh folder `name`, then one successful
+    `ingest()`: what a session fixture hands out as copies (`copy_workspace`)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        ws = make_workspace(tmp_path_factory.mktemp(name), monkeypatch, **settings)
+        (report,) = ws.ingest()
+    assert report.success, report.error
+    return Ingested(ws, report)
+
+
 @pytest.fixture(scope="session")
 def sample_ingested(tmp_path_factory: pytest.TempPathFactory) -> Ingested:
     """The sample corpus ingested once per test process, with `make_workspace`'s settings.
     Only `ingested` hands it out, as a copy: the tests that start from an ingested corpus
     share this one run instead of each making it in a fresh Dagster instance."""
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        ws = make_workspace(tmp_path_factory.mktemp("sample-ingested"), monkeypatch)
-        (report,) = ws.ingest()
-    assert report.success, report.error
-    return Ingested(ws, report)
+    return ingest_once(tmp_path_factory, "sample-ingested")
 
 
 @pytest.fixture
