@@ -102,10 +102,13 @@ async def acompact(
             result, candidates, cfg, client, ask_instructs_ai=ask_instructs_ai, run_gate=gate
         )
         if by_clef and result.degraded:
-            left = guard_deadline_s
-            if left is not None:
-                left -= time.perf_counter() - started
-            await screen_what_clef_left(result, guard or GuardConfig(), base_dir, within_s=left)
+            await screen_what_clef_left(
+                result,
+                guard or GuardConfig(),
+                base_dir,
+                deadline_s=guard_deadline_s,
+                started=started,
+            )
     finally:
         if own:
             await client.aclose()

@@ -123,21 +123,24 @@ async def screen_what_clef_left(
     cfg: GuardConfig,
     base_dir: str | Path = ".",
     *,
-    within_s: float | None = None,
+    deadline_s: float | None = None,
+    started: float = 0.0,
 ) -> None:
     """Clef was to judge planted instructions, but some shown passages have no answer (a Clef
     failure keeps them, in vector order): the guard judges those, and a passage it flags
     leaves the result as it would with Clef off. Without this, a Clef outage would let a
     planted instruction through.
 
-    `within_s`: the time left for it (a request's deadline, Clef having used most of it).
-    A guard not done by then (loading MiniLM cold takes seconds) leaves those passages out as
+    `deadline_s`: seconds after `started` (a `time.perf_counter()` reading: the call's start)
+    by which it must be done (a request's deadline, Clef having used most of it; default no
+    limit). A guard not done by then (loading MiniLM cold takes seconds) leaves those passages out as
     `unscreened` rather than letting them through unjudged; it finishes loading in the
     background, so the next request finds it ready."""
     shown = [*result.passages, *result.conflicts]
     unjudged = [c for c in shown if "instructs_ai" not in c.scores]
     if not unjudged:
         return
+    within_s = None if deadline_s is None else deadline_s - (time.perf_counter() - started)
     try:
         async with asyncio.timeout(within_s):
             await screen_with_guard(result, unjudged, cfg, base_dir)

@@ -435,10 +435,13 @@ class Retriever:
             wave_history=self._wave_history,
         )
         if guarded and by_clef and result.degraded:
-            left = guard_deadline_s
-            if left is not None:
-                left -= time.perf_counter() - started
-            await screen_what_clef_left(result, guard_cfg, self.settings.base_dir, within_s=left)
+            await screen_what_clef_left(
+                result,
+                guard_cfg,
+                self.settings.base_dir,
+                deadline_s=guard_deadline_s,
+                started=started,
+            )
         result.total_ms = (time.perf_counter() - started) * 1e3
         return result
 
