@@ -61,13 +61,16 @@ def _loaded() -> Any:
     with _lock:
         if _identifier is None:
             try:
-                from py3langid.langid import MODEL_FILE, LanguageIdentifier
+                import py3langid.langid  # noqa: F401
             except ModuleNotFoundError as exc:
                 raise LanguageCheckUnavailable(
                     "steering.guard.languages needs py3langid (the `minilm` extra brings it): "
                     "pip install 'clef-pipelines[minilm]', or unset the setting"
                 ) from exc
-            _identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+            from clef_pipelines.guard.langid_model import load_identifier
+
+            # Unpacked once per machine and memory-mapped (`langid_model`), not per process.
+            _identifier = load_identifier(norm_probs=True)
     return _identifier
 
 
