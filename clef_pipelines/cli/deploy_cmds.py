@@ -112,7 +112,17 @@ def check_image(config: ConfigOption = None) -> None:
     vectors = embedder.embed(["clef-pipelines deployment check"])
     if vectors.shape != (1, embedder.dimension):
         fail(f"embedder {embedder.name} gave an array of shape {vectors.shape}")
+    guard = settings.steering.guard
+    languages = ""
+    if guard.mode != "off" and guard.languages:
+        from clef_pipelines.guard.langid_model import cache_folder
+        from clef_pipelines.guard.language import check_codes
+
+        # Loads the language identifier: unpacked into the user's cache here, at the image's
+        # build, so that every run in the image memory-maps it instead of unpacking it.
+        check_codes(guard.languages)
+        languages = f"; the language check's model is in {cache_folder()}"
     console.print(
         f"code location loads ({', '.join(jobs)}); embedder {lit(embedder.name)} embeds "
-        f"({embedder.dimension} dimensions) from local weights"
+        f"({embedder.dimension} dimensions) from local weights{languages}"
     )

