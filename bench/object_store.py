@@ -11,6 +11,10 @@ processes), so "bytes read" and "bytes written" are the bodies that crossed the 
 wall and CPU seconds, peak RSS of the run's process (`s3-multiprocess`: of its largest step
 process, and the orchestrating process beside it), requests and bytes to the object store,
 objects downloaded. The unchanged refresh should list and compare only: no object downloaded.
+Then, per mode, two ticks of the sensor in a fresh process (`source_change_sensor`, evaluated as
+the daemon evaluates it, against the run's instance): the automated refresh's no-change path,
+which lists and compares and requests no run. The first tick pays the process's first listing
+(the object store's client); the second is what each later tick of a long-lived daemon costs.
 moto is a Python server on the same cores, so S3 figures here are a floor on the work, not a
 forecast of AWS latency. `--quick`: 500 documents.
 """
@@ -94,6 +98,50 @@ def _child(config: Path, mode: str, out: Path) -> None:
     )
 
 
+def _sensor_child(config: Path, out: Path) -> None:
+    """One evaluation of the sensor, as the daemon's tick makes it: no cursor (a first tick),
+    so the last inventory's change signal is read from the instance."""
+    import dagster as dg
+
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.jobs.launch import ensure_dagster_home
+    from clef_pipelines.jobs.location import build_definitions, build_resources
+
+    settings = load_settings(config)
+    ensure_dagster_home(settings)
+    sensor = build_definitions(settings).resolve_sensor_def("source_change_sensor")
+    resources = build_resources(settings)
+    ticks: list[float] = []
+    requests: list[Any] = []
+    cursor = None
+    with dg.DagsterInstance.get() as instance:
+        # Two ticks: the first pays this process's first listing (the object store's client
+        # and its imports); the second is what every later tick of the daemon costs.
+        for _ in range(2):
+            started = time.perf_counter()
+            with dg.build_sensor_context(
+                instance=instance, resources=resources, cursor=cursor
+            ) as context:
+                result = sensor(context)
+            ticks.append(time.perf_counter() - started)
+            cursor = getattr(result, "cursor", None)
+            requests += list(getattr(result, "run_requests", None) or [])
+    out.write_text(
+        json.dumps(
+            {
+                "success": True,
+                "error": None,
+                "wall_s": sum(ticks),
+                "first_tick_s": ticks[0],
+                "tick_s": ticks[1],
+                "runs_requested": len(requests),
+                "assets": {},
+                "children_peak_kib": 0,
+            }
+        )
+    )
+
+
 def _multiprocess(config: Path, settings: Any) -> tuple[bool, str | None, dict[str, Any]]:
     import dagster as dg
 
@@ -148,7 +196,26 @@ def _config(work: Path, mode: str, s3: Any) -> Path:
     return path
 
 
+def _gets_by_area(gets: list[str], bucket: str, mode: str) -> dict[str, int]:
+    areas: dict[str, int] = {}
+    for path in gets:
+        if "list-type=" in path:
+            from urllib.parse import parse_qs, urlsplit
+
+            prefix = parse_qs(urlsplit(path).query).get("prefix", [""])[0].split("/")
+            area = "listings of " + (
+                f"{mode}/{prefix[1]}" if prefix[0] == mode and len(prefix) > 1 else prefix[0]
+            )
+        else:
+            rest = path.split("?")[0].removeprefix(f"/{bucket}/")
+            parts = rest.split("/")
+            area = parts[0] if parts[0] != mode or len(parts) < 2 else f"{mode}/{parts[1]}"
+        areas[area] = areas.get(area, 0) + 1
+    return dict(sorted(areas.items()))
+
+
 def _measured(config: Path, mode: str, label: str, s3: Any) -> dict[str, Any]:
+    """One pass in a fresh process: a run (`first`, `unchanged`) or the sensor's tick."""
     out = config.parent / f"{label}.json"
     env = child_env()
     env["DAGSTER_HOME"] = str(config.parent / "dagster")
@@ -159,7 +226,13 @@ def _measured(config: Path, mode: str, label: str, s3: Any) -> dict[str, Any]:
     started = time.perf_counter()
     proc = subprocess.Popen(
         bench_cmd(
-            "object_store", "--child", str(config), "--child-mode", mode, "--child-out", str(out)
+            "object_store",
+            "--child",
+            str(config),
+            "--child-mode",
+            "sensor" if label == "sensor tick" else mode,
+            "--child-out",
+            str(out),
         ),
         env=env,
     )
@@ -184,6 +257,10 @@ def _measured(config: Path, mode: str, label: str, s3: Any) -> dict[str, Any]:
         "chunks": assets.get("chunks", {}).get("chunks", 0),
         "load": f"{load_before:.1f}-{os.getloadavg()[0]:.1f}",
     }
+    if "tick_s" in result:
+        row["first_tick_s"] = round(result["first_tick_s"], 2)
+        row["tick_s"] = round(result["tick_s"], 2)
+        row["runs_requested"] = result["runs_requested"]
     if s3 is not None:
         t = s3.traffic
         corpus = f"/{s3.bucket_name}/corpus/"
@@ -193,6 +270,9 @@ def _measured(config: Path, mode: str, label: str, s3: Any) -> dict[str, Any]:
                 "bytes_read": t.bytes_out,
                 "bytes_written": t.bytes_in,
                 "objects_downloaded": sum(1 for p in t.object_gets() if p.startswith(corpus)),
+                # Where the GETs went: the folder under the mode's data_dir (intermediates,
+                # lancedb, ...), the corpus, or a listing.
+                "gets_by_area": _gets_by_area(t.gets, s3.bucket_name, mode),
             }
         )
     return row
@@ -213,7 +293,10 @@ def _upload(s3: Any, docs: list[tuple[str, bytes]]) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.child is not None:
-        _child(args.child, args.child_mode, args.child_out)
+        if args.child_mode == "sensor":
+            _sensor_child(args.child, args.child_out)
+        else:
+            _child(args.child, args.child_mode, args.child_out)
         return {}
     from clef_pipelines.testing.s3_server import running_s3
 
@@ -230,7 +313,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         upload_s = _upload(s3, docs) if any(m != "local" for m in modes) else 0.0
         for mode in modes:
             config = _config(work, mode, s3)
-            for label in ("first", "unchanged"):
+            for label in ("first", "unchanged", "sensor tick"):
                 rows.append(_measured(config, mode, label, None if mode == "local" else s3))
     print(f"\nobject_store: {args.docs:,} documents, hash embedder, {os.cpu_count()} CPUs")
     print(f"(corpus upload to moto, not measured below: {upload_s:.0f} s)\n")
@@ -240,6 +323,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
     for r in rows:
+        if "tick_s" in r:
+            continue
         reqs = ", ".join(f"{k} {v}" for k, v in sorted((r.get("requests") or {}).items()))
         print(
             f"| {r['mode']} | {r['run']} | {r['wall_s']} | {r['cpu_s']} | {r['peak_rss_mb']} "
@@ -248,4 +333,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"| {r.get('bytes_read', 0) / 1e6:.1f} | {r.get('bytes_written', 0) / 1e6:.1f} "
             f"| {r.get('objects_downloaded', '-')} | {r['load']} |"
         )
+    for r in rows:
+        if r.get("gets_by_area"):
+            print(f"GETs of {r['mode']} {r['run']}: {r['gets_by_area']}")
+    ticks = [r for r in rows if "tick_s" in r]
+    if ticks:
+        print("\nthe sensor's tick (an unchanged source: lists, compares, requests no run):\n")
+        print(
+            "| mode | tick s (a later tick) | first tick s | process wall s | runs requested "
+            "| requests (both ticks) | objects downloaded |"
+        )
+        print("|---|---:|---:|---:|---:|---|---:|")
+        for r in ticks:
+            reqs = ", ".join(f"{k} {v}" for k, v in sorted((r.get("requests") or {}).items()))
+            print(
+                f"| {r['mode']} | {r['tick_s']} | {r['first_tick_s']} | {r['wall_s']} "
+                f"| {r['runs_requested']} "
+                f"| {reqs or '-'} | {r.get('objects_downloaded', '-')} |"
+            )
     return {"documents": args.docs, "upload_s": round(upload_s, 1), "rows": rows}
