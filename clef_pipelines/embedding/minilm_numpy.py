@@ -64,7 +64,8 @@ def gelu_(h: np.ndarray) -> np.ndarray:
     matrix products (a py-spy profile of the offline guard over SQuAD). Here each step writes
     into small scratch rows chunk by chunk, and erf's sign is the input's sign bit XORed in:
     the same float32 operations in the same order, so the same bits
-    (`tests/core/test_minilm_numpy.py`), about 3.8 times faster."""
+    (`tests/core/test_minilm_numpy.py`), in 12.8 ms against 54.9 on a (8, 256, 1536) array
+    (`python -m lab.bench.suite_costs gelu`)."""
     if h.dtype != np.float32 or not h.flags["C_CONTIGUOUS"]:
         raise ValueError("gelu_ needs a C-contiguous float32 array")
     flat = h.reshape(-1)
