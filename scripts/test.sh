@@ -9,6 +9,15 @@ if [ "$(id -u)" = "0" ] && ! id -u postgres >/dev/null 2>&1; then
   useradd --system --no-create-home --shell /usr/sbin/nologin postgres
 fi
 export TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0 DAGSTER_DG_UPDATE_CHECK_ENABLED=0
+# One BLAS/OpenMP thread per process: the workers (and their CLI subprocesses) already
+# outnumber the cores, and each torch or OpenBLAS call otherwise started a team of threads per
+# core that spun waiting on the others' cores. Measured on six MiniLM/torch-heavy files (the
+# command and figures in lab/NOTEBOOK.md, "The product's test suite's time, second pass"):
+# 151-155 s of CPU with the default threads, 104 s with one. What the tests check does not depend on it; tests
+# that need more threads ask for them (the Clef engine's workers set torch's count
+# themselves). Set any of them to override.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+export MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 # Bytecode is written (into the git-ignored __pycache__ folders): where the environment sets
 # PYTHONDONTWRITEBYTECODE, each worker compiled the project and rewrote every test module's
 # asserts again, and each CLI subprocess compiled the project again (4 s of a worker's 13 s

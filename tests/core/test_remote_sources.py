@@ -72,6 +72,23 @@ def test_listing_reads_no_object_and_names_failures(s3: S3Server, tmp_path: Path
     assert "PermissionError" in str(only.error)  # the 403, as the client saw it
 
 
+def test_each_s3_filesystem_has_its_own_session_and_the_one_parsed_botocore_data(
+    s3: S3Server,
+) -> None:
+    """`filesystem` is fresh each time (a refresh sees the bucket as it is): a new session
+    (credentials and region read again), but botocore's parsed data files are loaded once."""
+    s3.client().put_object(Bucket=s3.bucket_name, Key="docs/a.md", Body=b"# A\n\na\n")
+    cfg = ObjectStoreConfig(**s3.settings())
+    first, second = (filesystem(f"s3://{s3.bucket_name}/docs", cfg) for _ in range(2))
+    assert first is not second and first.session is not second.session
+    loader = first.session.get_component("data_loader")
+    assert second.session.get_component("data_loader") is loader
+    for fs in (first, second):
+        assert fs.cat_file(f"{s3.bucket_name}/docs/a.md") == b"# A\n\na\n"
+    # Loaded through that loader, not beside it: S3's service model is in its cache.
+    assert any("s3" in str(key) for key in loader._cache)
+
+
 @pytest.fixture
 def web_root(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     root = tmp_path / "site"
