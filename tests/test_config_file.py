@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,19 +153,6 @@ def test_plain_json_agrees_with_yaml_on_random_documents(seed: int) -> None:
         before_colon = text.replace('":', '"\n:', 1)
         assert not plain_json(before_colon)[0] or before_colon == text
     assert took > 100  # plain documents are common enough that the agreement is tested
-
-
-def test_a_json_config_file_is_read_without_pyyaml(tmp_path: Path) -> None:
-    cfg = tmp_path / "cfg.yaml"
-    cfg.write_text(json.dumps({"data_dir": "state", "clef": {"backend": "off", "cache": False}}))
-    probe = (
-        "import sys\n"
-        "from clef_pipelines.config_sections import load_compact_settings\n"
-        f"s = load_compact_settings({str(cfg)!r})\n"
-        "print(s.clef.backend, s.clef.cache, s.data_path.name, 'yaml' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["off", "False", "state", "False"]
 
 
 def test_yaml_and_its_errors_still_name_the_file(tmp_path: Path) -> None:

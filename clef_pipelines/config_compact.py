@@ -1,0 +1,138 @@
+"""The settings a cold `compact` reads, validated section by section: `clef`, `retrieval` and
+`steering.guard` with their own models, without the whole-file model or the rest of
+`steering` (screen, enrich, checks and their taxonomies: about 50 M instructions of a cold
+`compact`, which never reads them).
+
+`load_compact_sections` reads the file `config.load_settings` would read. When the file holds
+only what `quick_sections` checks exactly as `config_sections.CompactSettings` would
+(top-level keys of `Settings`, `steering` with only `guard`, plain values for the paths and
+`private_files`, sections that their models accept), it validates the three sections with
+their models; anything else, and every invalid file, goes to `load_compact_settings`, which
+either gives the same values or refuses the file with `load_settings`' own error lines.
+`tests/test_config_compact.py` feeds good and bad files to both and compares.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clef_pipelines.config_file import PathsMixin, find_config_file, read_config_file
+
+if TYPE_CHECKING:
+    from clef_pipelines.clef.config import ClefConfig
+    from clef_pipelines.config_sections import CompactSettings
+    from clef_pipelines.guard.config import GuardConfig
+    from clef_pipelines.retrieval.config import RetrievalConfig
+
+#: `Settings.data_dir`'s default (`config_sections.CompactSettings` uses it too).
+DEFAULT_DATA_DIR = ".clef"
+#: `Settings.private_files`' default.
+DEFAULT_PRIVATE_FILES = True
+#: Top-level keys of `Settings` that `compact` does not read: accepted here, not validated
+#: (the commands that read them do).
+NOT_READ = (
+    "collection",
+    "sources",
+    "parsing",
+    "chunking",
+    "embedder",
+    "store",
+    "api",
+    "evals",
+    "refresh_cron",
+    "sync_batch_rows",
+    "batching",
+    "ingest_lock_timeout_s",
+    "object_store",
+    "executor",
+)
+#: Top-level keys `compact` reads (`base_dir` is never a key of the file).
+READ = ("data_dir", "local_dir", "private_files", "clef", "retrieval", "steering")
+
+
+@dataclass
+class CompactSections(PathsMixin):
+    """What `compact` reads of `Settings`: the same names, values and paths."""
+
+    data_dir: str
+    local_dir: str | None
+    private_files: bool
+    base_dir: str
+    clef: ClefConfig
+    retrieval: RetrievalConfig
+    guard: GuardConfig
+
+    @classmethod
+    def of(cls, settings: CompactSettings) -> CompactSections:
+        return cls(
+            data_dir=settings.data_dir,
+            local_dir=settings.local_dir,
+            private_files=settings.private_files,
+            base_dir=settings.base_dir,
+            clef=settings.clef,
+            retrieval=settings.retrieval,
+            guard=settings.steering.guard,
+        )
+
+
+def _section(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = raw.get(key, {})
+    return value if isinstance(value, dict) else None
+
+
+def quick_sections(raw: dict[str, Any], base_dir: str) -> CompactSections | None:
+    """The sections of `raw` (a config file's mapping) when every value compact reads is
+    plainly valid, else None (the whole model then decides, and names any error)."""
+    from pydantic import ValidationError
+
+    from clef_pipelines.clef.config import ClefConfig
+    from clef_pipelines.guard.config import GuardConfig
+    from clef_pipelines.retrieval.config import RetrievalConfig
+
+    if not all(isinstance(k, str) and (k in READ or k in NOT_READ) for k in raw):
+        return None
+    data_dir, local_dir = raw.get("data_dir", DEFAULT_DATA_DIR), raw.get("local_dir")
+    private_files = raw.get("private_files", DEFAULT_PRIVATE_FILES)
+    if not (
+        type(data_dir) is str
+        and (local_dir is None or type(local_dir) is str)
+        and type(private_files) is bool
+    ):
+        return None  # pydantic's lax mode may coerce (or refuse) it: the model decides
+    clef, retrieval, steering = (_section(raw, k) for k in ("clef", "retrieval", "steering"))
+    if clef is None or retrieval is None or steering is None or steering.keys() - {"guard"}:
+        return None
+    guard = _section(steering, "guard")
+    if guard is None:
+        return None
+    try:
+        return CompactSections(
+            data_dir=data_dir,
+            local_dir=local_dir,
+            private_files=private_files,
+            base_dir=base_dir,
+            clef=ClefConfig.model_validate(clef),
+            retrieval=RetrievalConfig.model_validate(retrieval),
+            guard=GuardConfig.model_validate(guard),
+        )
+    except ValidationError:
+        return None
+
+
+def load_compact_sections(path: str | os.PathLike[str] | None = None) -> CompactSections:
+    """`config_sections.load_compact_settings`'s values, or its error (see the docstring)."""
+    cfg_path = find_config_file(path)
+    if cfg_path is None:
+        quick = quick_sections({}, str(Path.cwd()))
+    elif cfg_path.exists():
+        quick = quick_sections(read_config_file(cfg_path), str(cfg_path.resolve().parent))
+    else:
+        quick = None
+    if quick is not None:
+        return quick
+    from clef_pipelines.config_sections import load_compact_settings
+
+    return CompactSections.of(load_compact_settings(path))
