@@ -1,14 +1,13 @@
-"""The settings a cold `compact` reads, validated section by section: `clef`, `retrieval` and
-`steering.guard` with their own models, without the whole-file model or the rest of
-`steering` (screen, enrich, checks and their taxonomies: about 50 M instructions of a cold
-`compact`, which never reads them).
+"""The settings a cold `compact` reads, without pydantic: `clef`, `retrieval` and
+`steering.guard` as `config_light` sections, without the whole-file model or the rest of
+`steering` (screen, enrich, checks and their taxonomies, which `compact` never reads).
 
 `load_compact_sections` reads the file `config.load_settings` would read. When the file holds
 only what `quick_sections` checks exactly as `config_sections.CompactSettings` would
-(top-level keys of `Settings`, `steering` with only `guard`, plain values for the paths and
-`private_files`, sections that their models accept), it validates the three sections with
-their models; anything else, and every invalid file, goes to `load_compact_settings`, which
-either gives the same values or refuses the file with `load_settings`' own error lines.
+(top-level keys of `Settings`, `steering` with only `guard`, values of the fields' own types
+within their bounds), the sections are read by `config_light.light_section`; anything else,
+and every invalid file, goes to `load_compact_settings` (pydantic), which either gives the
+same values or refuses the file with `load_settings`' own error lines.
 `tests/test_config_compact.py` feeds good and bad files to both and compares.
 """
 
@@ -23,6 +22,7 @@ from clef_pipelines.config_file import PathsMixin, find_config_file, read_config
 
 if TYPE_CHECKING:
     from clef_pipelines.clef.config import ClefConfig
+    from clef_pipelines.config_light import Section
     from clef_pipelines.config_sections import CompactSettings
     from clef_pipelines.guard.config import GuardConfig
     from clef_pipelines.retrieval.config import RetrievalConfig
@@ -61,9 +61,10 @@ class CompactSections(PathsMixin):
     local_dir: str | None
     private_files: bool
     base_dir: str
-    clef: ClefConfig
-    retrieval: RetrievalConfig
-    guard: GuardConfig
+    # Sections (`config_light`) on the quick path, the models where the models decided.
+    clef: ClefConfig | Section
+    retrieval: RetrievalConfig | Section
+    guard: GuardConfig | Section
 
     @classmethod
     def of(cls, settings: CompactSettings) -> CompactSections:
@@ -84,13 +85,10 @@ def _section(raw: dict[str, Any], key: str) -> dict[str, Any] | None:
 
 
 def quick_sections(raw: dict[str, Any], base_dir: str) -> CompactSections | None:
-    """The sections of `raw` (a config file's mapping) when every value compact reads is
-    plainly valid, else None (the whole model then decides, and names any error)."""
-    from pydantic import ValidationError
-
-    from clef_pipelines.clef.config import ClefConfig
-    from clef_pipelines.guard.config import GuardConfig
-    from clef_pipelines.retrieval.config import RetrievalConfig
+    """The sections of `raw` (a config file's mapping), read without pydantic
+    (`config_light`), when every value compact reads is plainly valid; else None (the whole
+    model then decides, and names any error)."""
+    from clef_pipelines.config_light import light_section
 
     if not all(isinstance(k, str) and (k in READ or k in NOT_READ) for k in raw):
         return None
@@ -102,24 +100,23 @@ def quick_sections(raw: dict[str, Any], base_dir: str) -> CompactSections | None
         and type(private_files) is bool
     ):
         return None  # pydantic's lax mode may coerce (or refuse) it: the model decides
-    clef, retrieval, steering = (_section(raw, k) for k in ("clef", "retrieval", "steering"))
-    if clef is None or retrieval is None or steering is None or steering.keys() - {"guard"}:
+    steering = _section(raw, "steering")
+    if steering is None or steering.keys() - {"guard"}:
         return None
-    guard = _section(steering, "guard")
-    if guard is None:
+    clef = light_section("ClefConfig", raw.get("clef", {}))
+    retrieval = light_section("RetrievalConfig", raw.get("retrieval", {}))
+    guard = light_section("GuardConfig", steering.get("guard", {}))
+    if clef is None or retrieval is None or guard is None:
         return None
-    try:
-        return CompactSections(
-            data_dir=data_dir,
-            local_dir=local_dir,
-            private_files=private_files,
-            base_dir=base_dir,
-            clef=ClefConfig.model_validate(clef),
-            retrieval=RetrievalConfig.model_validate(retrieval),
-            guard=GuardConfig.model_validate(guard),
-        )
-    except ValidationError:
-        return None
+    return CompactSections(
+        data_dir=data_dir,
+        local_dir=local_dir,
+        private_files=private_files,
+        base_dir=base_dir,
+        clef=clef,
+        retrieval=retrieval,
+        guard=guard,
+    )
 
 
 def load_compact_sections(path: str | os.PathLike[str] | None = None) -> CompactSections:

@@ -168,7 +168,7 @@ class PathsMixin:
     @property
     def data_url(self) -> str | None:
         """`data_dir` when it is an object-store URL (s3://, gs://, az://), else None."""
-        from clef_pipelines.objectstore import is_cloud_url
+        from clef_pipelines.urls import is_cloud_url
 
         return self.data_dir.rstrip("/") if is_cloud_url(self.data_dir) else None
 
