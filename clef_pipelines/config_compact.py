@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clef_pipelines.config_file import PathsMixin, find_config_file, read_config_file
+from clef_pipelines.config_light import DEFAULT_DATA_DIR, DEFAULT_PRIVATE_FILES, NOT_READ, READ
 
 if TYPE_CHECKING:
     from clef_pipelines.clef.config import ClefConfig
@@ -26,31 +27,6 @@ if TYPE_CHECKING:
     from clef_pipelines.config_sections import CompactSettings
     from clef_pipelines.guard.config import GuardConfig
     from clef_pipelines.retrieval.config import RetrievalConfig
-
-#: `Settings.data_dir`'s default (`config_sections.CompactSettings` uses it too).
-DEFAULT_DATA_DIR = ".clef"
-#: `Settings.private_files`' default.
-DEFAULT_PRIVATE_FILES = True
-#: Top-level keys of `Settings` that `compact` does not read: accepted here, not validated
-#: (the commands that read them do).
-NOT_READ = (
-    "collection",
-    "sources",
-    "parsing",
-    "chunking",
-    "embedder",
-    "store",
-    "api",
-    "evals",
-    "refresh_cron",
-    "sync_batch_rows",
-    "batching",
-    "ingest_lock_timeout_s",
-    "object_store",
-    "executor",
-)
-#: Top-level keys `compact` reads (`base_dir` is never a key of the file).
-READ = ("data_dir", "local_dir", "private_files", "clef", "retrieval", "steering")
 
 
 @dataclass

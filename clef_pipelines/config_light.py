@@ -21,6 +21,31 @@ import copy
 import math
 from typing import Any
 
+#: `Settings.data_dir`'s default (`config_sections.CompactSettings` uses it too).
+DEFAULT_DATA_DIR = ".clef"
+#: `Settings.private_files`' default.
+DEFAULT_PRIVATE_FILES = True
+#: Top-level keys of `Settings` that `compact` does not read: accepted here, not validated
+#: (the commands that read them do).
+NOT_READ = (
+    "collection",
+    "sources",
+    "parsing",
+    "chunking",
+    "embedder",
+    "store",
+    "api",
+    "evals",
+    "refresh_cron",
+    "sync_batch_rows",
+    "batching",
+    "ingest_lock_timeout_s",
+    "object_store",
+    "executor",
+)
+#: Top-level keys `compact` reads (`base_dir` is never a key of the file).
+READ = ("data_dir", "local_dir", "private_files", "clef", "retrieval", "steering")
+
 #: The models a cold `compact` reads, by name: module and class.
 MODELS = {
     "ClefConfig": "clef_pipelines.clef.config",

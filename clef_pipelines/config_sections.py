@@ -19,7 +19,6 @@ from pydantic import Field, ValidationError
 
 from clef_pipelines._strict import StrictModel
 from clef_pipelines.clef.config import ClefConfig
-from clef_pipelines.config_compact import DEFAULT_DATA_DIR, DEFAULT_PRIVATE_FILES, NOT_READ
 from clef_pipelines.config_file import (
     ConfigError,
     PathsMixin,
@@ -27,6 +26,7 @@ from clef_pipelines.config_file import (
     find_config_file,
     read_config_file,
 )
+from clef_pipelines.config_light import DEFAULT_DATA_DIR, DEFAULT_PRIVATE_FILES, NOT_READ
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.steering.config import SteeringConfig
 
