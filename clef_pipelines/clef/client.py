@@ -15,13 +15,12 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from clef_pipelines.clef.backends.base import Backend
 from clef_pipelines.clef.cache import AnswerCache, cache_key
-from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.clef.errors import (
     ClefBadAnswer,
     ClefDeadlineExceeded,
@@ -38,23 +37,26 @@ from clef_pipelines.clef.tokens import (
     state_tokens,
 )
 from clef_pipelines.clef.usage import Usage
-from clef_pipelines.clef.wire import (
-    MAX_QUESTIONS,
-    SystemOneRequest,
-    SystemOneResponse,
-    canonical_json,
+
+# Plain objects for plain noul questions and answers, the models for anything else.
+from clef_pipelines.clef.wire_common import MAX_QUESTIONS, canonical_json
+from clef_pipelines.clef.wire_light import (
+    merge_responses,
     parse_and_dump_questions,
     parse_response,
     request_from_parsed,
-)
-from clef_pipelines.clef.wire import (
-    Usage as WireUsage,
 )
 from clef_pipelines.redact import (
     redacting_logger,
     register_url_secrets,
     secret_from_env,
 )
+
+if TYPE_CHECKING:
+    # Settings are the model, or a `config_light` section with the same attributes (a cold
+    # `compact`, without pydantic).
+    from clef_pipelines.clef.config import ClefConfig
+    from clef_pipelines.clef.wire import SystemOneRequest, SystemOneResponse
 
 log = redacting_logger("clef_pipelines.clef")
 _SAID: set[str] = set()
@@ -222,7 +224,11 @@ class ClefClient:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         http_in_threads: bool = False,
     ) -> None:
-        self.config = config or ClefConfig()
+        if config is None:
+            from clef_pipelines.clef.config import ClefConfig
+
+            config = ClefConfig()
+        self.config = config
         # Injectable so tests can see the waits chosen without waiting.
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self.backend = backend or make_backend(self.config, env, http_in_threads=http_in_threads)
@@ -294,17 +300,7 @@ class ClefClient:
         if len(requests) == 1:
             return await self._ask_one(requests[0], use_cache, state_n)
         answers = await asyncio.gather(*(self._ask_one(r, use_cache, state_n) for r in requests))
-        merged: dict[str, Any] = {}
-        for a in answers:
-            merged.update(a.answers)
-        return SystemOneResponse(
-            model=answers[0].model,
-            answers=merged,
-            usage=WireUsage(
-                input_tokens=sum(a.usage.input_tokens for a in answers),
-                output_tokens=sum(a.usage.output_tokens for a in answers),
-            ),
-        )
+        return merge_responses(list(answers))
 
     async def ask_body(
         self, body: Mapping[str, Any], *, use_cache: bool = True
