@@ -40,12 +40,6 @@ from clef_pipelines.clef.usage import Usage
 
 # Plain objects for plain noul questions and answers, the models for anything else.
 from clef_pipelines.clef.wire_common import MAX_QUESTIONS, canonical_json
-from clef_pipelines.clef.wire_light import (
-    merge_responses,
-    parse_and_dump_questions,
-    parse_response,
-    request_from_parsed,
-)
 from clef_pipelines.redact import (
     redacting_logger,
     register_url_secrets,
@@ -212,7 +206,12 @@ def _cache_id(backend: Backend) -> str:
 
 
 class ClefClient:
-    """Ask Clef. One instance per event loop; share it across a run's stages."""
+    """Ask Clef. One instance per event loop; share it across a run's stages.
+
+    `plain_wire`: questions, requests and answers go through `wire_light` (plain objects for
+    plain noul questions and their answers, the models for anything else), so that a
+    one-shot process (the CLI's `compact`) imports no pydantic; else `wire`'s models, as the
+    library and the services return them."""
 
     def __init__(
         self,
@@ -223,7 +222,13 @@ class ClefClient:
         env: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         http_in_threads: bool = False,
+        plain_wire: bool = False,
     ) -> None:
+        if plain_wire:
+            from clef_pipelines.clef import wire_light as wire_api
+        else:
+            from clef_pipelines.clef import wire as wire_api  # type: ignore[no-redef]
+        self._wire = wire_api
         if config is None:
             from clef_pipelines.clef.config import ClefConfig
 
@@ -285,10 +290,10 @@ class ClefClient:
         model = model or self.backend.model
         # Validated and dumped once: planning counts the dumps and the requests are built
         # from both.
-        parsed, dumped = parse_and_dump_questions(dict(questions))
+        parsed, dumped = self._wire.parse_and_dump_questions(dict(questions))
         parts, state_n = self._plan(state, dumped)
         requests = [
-            request_from_parsed(
+            self._wire.request_from_parsed(
                 model,
                 state,
                 {qid: parsed[qid] for qid in part},
@@ -300,7 +305,7 @@ class ClefClient:
         if len(requests) == 1:
             return await self._ask_one(requests[0], use_cache, state_n)
         answers = await asyncio.gather(*(self._ask_one(r, use_cache, state_n) for r in requests))
-        return merge_responses(list(answers))
+        return self._wire.merge_responses(list(answers))
 
     async def ask_body(
         self, body: Mapping[str, Any], *, use_cache: bool = True
@@ -418,7 +423,7 @@ class ClefClient:
         if key and use_cache and self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
-                resp = parse_response(hit, request)
+                resp = self._wire.parse_response(hit, request)
                 self.usage.record(latency_ms=(time.perf_counter() - started) * 1e3, cached=True)
                 return resp
         await self.start()
@@ -444,7 +449,7 @@ class ClefClient:
                     # Hold a concurrency slot while sending only, not while backing off.
                     async with pacer.slots:
                         body = await self._send_by(deadline, pacer, charge, request)
-            resp = parse_response(body, request)
+            resp = self._wire.parse_response(body, request)
             self._check_not_truncated(request, resp, tokens)
         except ClefError as exc:
             self.usage.add_error()

@@ -375,4 +375,19 @@ def parse_response(body: Any, request: SystemOneRequest) -> SystemOneResponse:
     return resp
 
 
+def merge_responses(responses: list[SystemOneResponse]) -> SystemOneResponse:
+    """One response of several requests' answers, in order (a split `ask`)."""
+    merged: dict[str, Any] = {}
+    for r in responses:
+        merged.update(r.answers)
+    return SystemOneResponse(
+        model=responses[0].model,
+        answers=merged,
+        usage=Usage(
+            input_tokens=sum(r.usage.input_tokens for r in responses),
+            output_tokens=sum(r.usage.output_tokens for r in responses),
+        ),
+    )
+
+
 __all__ = ["MAX_IMAGES", "canonical_json", "render_state"]

@@ -88,7 +88,8 @@ async def acompact(
     have judged what a failing Clef left unjudged (None: no limit); what it has not judged
     by then is withheld as `unscreened`. `one_shot`: a process that compacts once and exits
     (the CLI): the client it makes sends Clef's requests from threads
-    (`clef/backends/http.py`), which starts faster.
+    (`clef/backends/http.py`) and reads plain answers without pydantic (`plain_wire`),
+    which starts faster.
     """
     from clef_pipelines.chunking.tokens import count_tokens
 
@@ -100,7 +101,7 @@ async def acompact(
     result = RetrievalResult(query=query)
     own = client is None
     if client is None:
-        client = ClefClient(clef, data_dir=data_dir, http_in_threads=one_shot)
+        client = ClefClient(clef, data_dir=data_dir, http_in_threads=one_shot, plain_wire=one_shot)
     try:
         ask_instructs_ai = cfg.classify.instructs_ai != "never"
         by_clef = clef_judges_instructions(cfg, client, ask_instructs_ai=ask_instructs_ai)
