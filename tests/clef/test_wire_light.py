@@ -240,3 +240,35 @@ def test_the_fake_servers_answers_and_a_split_ask_merge_as_the_models_do() -> No
     assert answer_view(merged) == answer_view(both)
     mixed = wire_light.merge_responses([plain, model])
     assert type(mixed) is wire.SystemOneResponse and answer_view(mixed) == answer_view(both)
+
+
+def test_a_plain_wire_client_answers_as_the_models_client_does(fake: Any, tmp_path: Any) -> None:
+    """A one-shot client (`plain_wire`) on the fake server: a split ask (100 questions in two
+    requests), the same ask from its cache, and a mix with a choice question (the models)
+    give what the models' client gives, and the same bytes reach the server."""
+    from clef_pipelines.clef.client import SyncClefClient
+    from clef_pipelines.clef.config import ClefConfig
+
+    questions = noul(100, "About `s1`: is it so?")
+    mixed = {
+        **noul(2),
+        "team": {"type": "choice", "instructions": "Which?", "criteria": {"a": None, "b": None}},
+    }
+    views, bodies = {}, {}
+    for plain in (False, True):
+        config = ClefConfig(backend="self-hosted", base_url=fake.base_url, api_key_env="KEY")
+        with SyncClefClient(
+            config, env={"KEY": "test-key"}, data_dir=tmp_path / str(plain), plain_wire=plain
+        ) as c:
+            fake.requests.clear()
+            first = c.ask({"s1": "text"}, questions)
+            cached = c.ask({"s1": "text"}, questions)
+            other = c.ask({"s1": "text"}, mixed)
+            bodies[plain] = [json.dumps(r) for r in fake.requests]
+        views[plain] = [answer_view(first), answer_view(cached)] + [
+            [(q, a.type) for q, a in other.answers.items()]
+        ]
+        if plain:
+            assert type(first) is PlainResponse and type(other) is wire.SystemOneResponse
+    assert views[True] == views[False]
+    assert bodies[True] == bodies[False] and len(bodies[True]) == 3  # the cache answered once
