@@ -37,8 +37,6 @@ from clef_pipelines.clef.tokens import (
     state_tokens,
 )
 from clef_pipelines.clef.usage import Usage
-
-# Plain objects for plain noul questions and answers, the models for anything else.
 from clef_pipelines.clef.wire_common import MAX_QUESTIONS, canonical_json
 from clef_pipelines.redact import (
     redacting_logger,
