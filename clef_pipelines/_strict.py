@@ -7,24 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-
-def yaml_switch(value: object) -> object:
-    """A YAML 1.1 boolean read back as the word it was written as: PyYAML reads a bare `on`,
-    `yes` or `true` as True and `off`, `no` or `false` as False, so the README's own
-    `mode: on` reached the model as a bool. Applied before the Literal check, so any other
-    value is still refused with the choices named."""
-    if value is True:
-        return "on"
-    if value is False:
-        return "off"
-    return value
-
-
-def yaml_off(value: object) -> object:
-    """`yaml_switch` for a setting whose choices hold `off` but not `on` (`clef.backend`): a
-    bare `off` is False in YAML; True stays a bool and is refused."""
-    return "off" if value is False else value
-
+# Here since `config_light` (settings without pydantic) applies them too.
+from clef_pipelines.config_light import yaml_off, yaml_switch  # noqa: F401 - yaml_off: its users import it here
 
 #: A stage's mode: `on` asks and acts; `shadow` asks and records what it would have done but
 #: acts as `off`; `off` asks nothing. Unquoted `on` / `off` in YAML are accepted.

@@ -26,33 +26,16 @@ from clef_pipelines.config_file import (
     find_config_file,
     read_config_file,
 )
+from clef_pipelines.config_light import DEFAULT_DATA_DIR, DEFAULT_PRIVATE_FILES, NOT_READ
 from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.steering.config import SteeringConfig
-
-#: Sections of `Settings` that `compact` does not read: accepted here, not validated.
-NOT_READ = (
-    "collection",
-    "sources",
-    "parsing",
-    "chunking",
-    "embedder",
-    "store",
-    "api",
-    "evals",
-    "refresh_cron",
-    "sync_batch_rows",
-    "batching",
-    "ingest_lock_timeout_s",
-    "object_store",
-    "executor",
-)
 
 
 class CompactSettings(PathsMixin, StrictModel):
     """What `compact` reads of `Settings` (same names, types and defaults)."""
 
     data_dir: str = Field(
-        ".clef",
+        DEFAULT_DATA_DIR,
         description="Where stores, caches and intermediates live; an object-store URL "
         "(s3://bucket/prefix) puts the intermediates and LanceDB there, the rest in local_dir.",
     )
@@ -65,7 +48,8 @@ class CompactSettings(PathsMixin, StrictModel):
     retrieval: RetrievalConfig = Field(default_factory=RetrievalConfig)
     steering: SteeringConfig = Field(default_factory=SteeringConfig)
     private_files: bool = Field(
-        True, description="Data files 0600 and folders 0700 (umask 077); false: the umask."
+        DEFAULT_PRIVATE_FILES,
+        description="Data files 0600 and folders 0700 (umask 077); false: the umask.",
     )
     base_dir: str = Field(".", exclude=True)
 
@@ -99,3 +83,6 @@ def load_compact_settings(path: str | os.PathLike[str] | None = None) -> Compact
         return CompactSettings(**raw, base_dir=str(cfg_path.resolve().parent))
     except ValidationError as exc:
         raise ConfigError(explain_validation_error(exc, CompactSettings, origin)) from None
+
+
+__all__ = ["NOT_READ", "CompactSettings", "load_compact_settings"]

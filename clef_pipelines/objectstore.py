@@ -23,21 +23,18 @@ from pydantic import Field, field_validator
 
 from clef_pipelines._strict import StrictModel
 from clef_pipelines.redact import register_url_secrets, secret_from_env
+from clef_pipelines.urls import (  # noqa: F401 - their home was here; importers still use it
+    CLOUD_SCHEMES,
+    WEB_SCHEMES,
+    is_cloud_url,
+    is_remote,
+    is_web_url,
+    scheme_of,
+)
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-#: URL scheme -> the extra that installs its fsspec implementation.
-CLOUD_SCHEMES = {
-    "s3": "s3",
-    "s3a": "s3",
-    "gs": "gcs",
-    "gcs": "gcs",
-    "az": "azure",
-    "abfs": "azure",
-    "abfss": "azure",
-}
-WEB_SCHEMES = ("http", "https")
 _PACKAGES = {"s3": "s3fs", "gcs": "gcsfs", "azure": "adlfs"}
 
 
@@ -90,29 +87,6 @@ class ObjectStoreConfig(StrictModel):
         if "@" in v.split("//", 1)[1].split("/", 1)[0]:
             raise ValueError("credentials do not belong in the URL: name them with *_env")
         return v.rstrip("/")
-
-
-def scheme_of(location: str | os.PathLike[str]) -> str | None:
-    """The URL scheme of `location` in lower case (None for a local path, a Windows drive
-    letter included)."""
-    text = str(location)
-    head, sep, _ = text.partition("://")
-    if not sep or len(head) < 2 or not head.replace("+", "").replace("-", "").isalnum():
-        return None
-    return head.lower()
-
-
-def is_cloud_url(location: str | os.PathLike[str]) -> bool:
-    return scheme_of(location) in CLOUD_SCHEMES
-
-
-def is_web_url(location: str | os.PathLike[str]) -> bool:
-    return scheme_of(location) in WEB_SCHEMES
-
-
-def is_remote(location: str | os.PathLike[str]) -> bool:
-    """Whether `location` is an object-store or web URL rather than a local path."""
-    return is_cloud_url(location) or is_web_url(location)
 
 
 def join(location: str, *parts: str) -> str:

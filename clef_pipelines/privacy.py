@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from clef_pipelines.config import Settings
+    from clef_pipelines.config_compact import CompactSections
     from clef_pipelines.config_sections import CompactSettings
 
 PRIVATE_UMASK = 0o077  # files 0600, folders 0700
 
 
-def apply_file_privacy(settings: Settings | CompactSettings) -> None:
+def apply_file_privacy(settings: Settings | CompactSettings | CompactSections) -> None:
     """Set the umask (when `private_files`) and make the data folder owner-only."""
     if not settings.private_files:
         return

@@ -33,6 +33,10 @@ LAYERS: list[frozenset[str]] = [
             "config",
             "config_file",
             "config_sections",
+            "config_compact",
+            "config_light",
+            "config_light_spec",
+            "urls",
             "config_deploy",
             "__init__",
         }

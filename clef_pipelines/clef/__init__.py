@@ -1,7 +1,14 @@
-"""Clef: the System One protocol, one shared client and its backends (no dagster here)."""
+"""Clef: the System One protocol, one shared client and its backends (no dagster here).
 
-from clef_pipelines.clef.client import ClefClient, SyncClefClient, make_backend, resolve_backend
-from clef_pipelines.clef.config import ClefConfig
+The names below are imported on first use: a cold `compact` imports the client and the
+plain wire (`wire_light`) but not the models (pydantic) of `config` and `wire`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from clef_pipelines.clef.errors import (
     ClefAuthError,
     ClefBadAnswer,
@@ -18,7 +25,24 @@ from clef_pipelines.clef.errors import (
     ClefUnsupported,
     ClefValidationError,
 )
-from clef_pipelines.clef.wire import SystemOneRequest, SystemOneResponse
+
+_LAZY = {
+    "ClefClient": "clef_pipelines.clef.client",
+    "SyncClefClient": "clef_pipelines.clef.client",
+    "make_backend": "clef_pipelines.clef.client",
+    "resolve_backend": "clef_pipelines.clef.client",
+    "ClefConfig": "clef_pipelines.clef.config",
+    "SystemOneRequest": "clef_pipelines.clef.wire",
+    "SystemOneResponse": "clef_pipelines.clef.wire",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'clef_pipelines.clef' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "ClefAuthError",

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clef_pipelines.clef.wire import canonical_json
+from clef_pipelines.clef.wire_common import canonical_json
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS answers (

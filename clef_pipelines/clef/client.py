@@ -15,13 +15,12 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from clef_pipelines.clef.backends.base import Backend
 from clef_pipelines.clef.cache import AnswerCache, cache_key
-from clef_pipelines.clef.config import ClefConfig
 from clef_pipelines.clef.errors import (
     ClefBadAnswer,
     ClefDeadlineExceeded,
@@ -38,23 +37,18 @@ from clef_pipelines.clef.tokens import (
     state_tokens,
 )
 from clef_pipelines.clef.usage import Usage
-from clef_pipelines.clef.wire import (
-    MAX_QUESTIONS,
-    SystemOneRequest,
-    SystemOneResponse,
-    canonical_json,
-    parse_and_dump_questions,
-    parse_response,
-    request_from_parsed,
-)
-from clef_pipelines.clef.wire import (
-    Usage as WireUsage,
-)
+from clef_pipelines.clef.wire_common import MAX_QUESTIONS, canonical_json
 from clef_pipelines.redact import (
     redacting_logger,
     register_url_secrets,
     secret_from_env,
 )
+
+if TYPE_CHECKING:
+    # Settings are the model, or a `config_light` section with the same attributes (a cold
+    # `compact`, without pydantic).
+    from clef_pipelines.clef.config import ClefConfig
+    from clef_pipelines.clef.wire import SystemOneRequest, SystemOneResponse
 
 log = redacting_logger("clef_pipelines.clef")
 _SAID: set[str] = set()
@@ -210,7 +204,12 @@ def _cache_id(backend: Backend) -> str:
 
 
 class ClefClient:
-    """Ask Clef. One instance per event loop; share it across a run's stages."""
+    """Ask Clef. One instance per event loop; share it across a run's stages.
+
+    `plain_wire`: questions, requests and answers go through `wire_light` (plain objects for
+    plain noul questions and their answers, the models for anything else), so that a
+    one-shot process (the CLI's `compact`) imports no pydantic; else `wire`'s models, as the
+    library and the services return them."""
 
     def __init__(
         self,
@@ -221,8 +220,18 @@ class ClefClient:
         env: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         http_in_threads: bool = False,
+        plain_wire: bool = False,
     ) -> None:
-        self.config = config or ClefConfig()
+        if plain_wire:
+            from clef_pipelines.clef import wire_light as wire_api
+        else:
+            from clef_pipelines.clef import wire as wire_api  # type: ignore[no-redef]
+        self._wire = wire_api
+        if config is None:
+            from clef_pipelines.clef.config import ClefConfig
+
+            config = ClefConfig()
+        self.config = config
         # Injectable so tests can see the waits chosen without waiting.
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self.backend = backend or make_backend(self.config, env, http_in_threads=http_in_threads)
@@ -279,10 +288,10 @@ class ClefClient:
         model = model or self.backend.model
         # Validated and dumped once: planning counts the dumps and the requests are built
         # from both.
-        parsed, dumped = parse_and_dump_questions(dict(questions))
+        parsed, dumped = self._wire.parse_and_dump_questions(dict(questions))
         parts, state_n = self._plan(state, dumped)
         requests = [
-            request_from_parsed(
+            self._wire.request_from_parsed(
                 model,
                 state,
                 {qid: parsed[qid] for qid in part},
@@ -294,17 +303,7 @@ class ClefClient:
         if len(requests) == 1:
             return await self._ask_one(requests[0], use_cache, state_n)
         answers = await asyncio.gather(*(self._ask_one(r, use_cache, state_n) for r in requests))
-        merged: dict[str, Any] = {}
-        for a in answers:
-            merged.update(a.answers)
-        return SystemOneResponse(
-            model=answers[0].model,
-            answers=merged,
-            usage=WireUsage(
-                input_tokens=sum(a.usage.input_tokens for a in answers),
-                output_tokens=sum(a.usage.output_tokens for a in answers),
-            ),
-        )
+        return self._wire.merge_responses(list(answers))
 
     async def ask_body(
         self, body: Mapping[str, Any], *, use_cache: bool = True
@@ -422,7 +421,7 @@ class ClefClient:
         if key and use_cache and self.cache is not None:
             hit = self.cache.get(key)
             if hit is not None:
-                resp = parse_response(hit, request)
+                resp = self._wire.parse_response(hit, request)
                 self.usage.record(latency_ms=(time.perf_counter() - started) * 1e3, cached=True)
                 return resp
         await self.start()
@@ -448,7 +447,7 @@ class ClefClient:
                     # Hold a concurrency slot while sending only, not while backing off.
                     async with pacer.slots:
                         body = await self._send_by(deadline, pacer, charge, request)
-            resp = parse_response(body, request)
+            resp = self._wire.parse_response(body, request)
             self._check_not_truncated(request, resp, tokens)
         except ClefError as exc:
             self.usage.add_error()

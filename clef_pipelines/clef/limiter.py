@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from aiolimiter import AsyncLimiter
+# The module itself, not the package's `__init__` (see `retrieval.fast_start.quick_clef_import`).
+from aiolimiter.leakybucket import AsyncLimiter
 
 
 class Pacer:

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from clef_pipelines.clef.wire import render_state
+from clef_pipelines.clef.wire_common import render_state
 
 # The fixed prompt around the state (system prompt, role markers, headers) is about 330
 # bytes in the release layout; a byte-level BPE never spends more than one token a byte,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,14 +24,22 @@ from pydantic import (
 
 from clef_pipelines.clef.errors import ClefBadAnswer, ClefValidationError
 
-MAX_QUESTIONS = 64
-MIN_CHOICE_OPTIONS, MAX_CHOICE_OPTIONS = 2, 255
-MIN_SCORE_LEVELS, MAX_SCORE_LEVELS = 2, 10
-MAX_IMAGES = 4
-PROBABILITY_TOLERANCE = 0.02
+# The limits and the JSON helpers, shared with `wire_light` (the client's plain path).
+from clef_pipelines.clef.wire_common import EPS as _EPS
+from clef_pipelines.clef.wire_common import (
+    MAX_CHOICE_OPTIONS,
+    MAX_IMAGES,
+    MAX_QUESTION_ID,
+    MAX_QUESTIONS,
+    MAX_SCORE_LEVELS,
+    MIN_CHOICE_OPTIONS,
+    MIN_SCORE_LEVELS,
+    PROBABILITY_TOLERANCE,
+    canonical_json,
+    render_state,
+)
+
 _TAGS = ("noul", "choice", "score")
-# Answers are rounded to 4 decimals; allow that much slack on single values.
-_EPS = 1e-3
 
 
 def _check_instructions(v: Any) -> Any:
@@ -81,7 +88,7 @@ class ScoreQuestion(_Question):
 
 
 Question = Annotated[NoulQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
-QuestionId = Annotated[str, Field(min_length=1, max_length=256)]
+QuestionId = Annotated[str, Field(min_length=1, max_length=MAX_QUESTION_ID)]
 
 
 def _check_image(v: str) -> str:
@@ -368,11 +375,19 @@ def parse_response(body: Any, request: SystemOneRequest) -> SystemOneResponse:
     return resp
 
 
-def canonical_json(value: Any) -> str:
-    """Stable JSON (sorted keys, no spaces): the cache key and the token estimate use it."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+def merge_responses(responses: list[SystemOneResponse]) -> SystemOneResponse:
+    """One response of several requests' answers, in order (a split `ask`)."""
+    merged: dict[str, Any] = {}
+    for r in responses:
+        merged.update(r.answers)
+    return SystemOneResponse(
+        model=responses[0].model,
+        answers=merged,
+        usage=Usage(
+            input_tokens=sum(r.usage.input_tokens for r in responses),
+            output_tokens=sum(r.usage.output_tokens for r in responses),
+        ),
+    )
 
 
-def render_state(state: Any) -> str:
-    """The state as the release code renders it into the prompt."""
-    return state if isinstance(state, str) else canonical_json(state)
+__all__ = ["MAX_IMAGES", "canonical_json", "render_state"]

@@ -6,7 +6,7 @@ builds its command group: it takes the command's own options in their plain form
 typer (help, a usage error, an unknown option, a short option with its value attached, an
 invalid --budget, shell completion), which then parses the arguments as before. Both paths
 run `run_compact_command`, so a run prints the same output and exits with the same code.
-Settings come from `config_sections.load_compact_settings`: the sections compaction reads.
+Settings come from `config_compact.load_compact_sections`: the sections compaction reads.
 """
 
 from __future__ import annotations
@@ -175,13 +175,13 @@ def run_compact_command(
     passages = read_passages(docs, input_file, fail)
     if not passages:
         fail("no passages: give --doc TEXT (repeatable) or --input FILE")
+    from clef_pipelines.config_compact import load_compact_sections
     from clef_pipelines.config_file import ConfigError
-    from clef_pipelines.config_sections import load_compact_settings
     from clef_pipelines.privacy import apply_file_privacy
 
     load_env_file()
     try:
-        settings = load_compact_settings(config)
+        settings = load_compact_sections(config)
     except ConfigError as exc:
         fail(str(exc))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -200,7 +200,7 @@ def run_compact_command(
                 config=settings.retrieval,
                 clef=settings.clef,
                 data_dir=str(settings.data_path),
-                guard=settings.steering.guard,
+                guard=settings.guard,
                 base_dir=settings.base_dir,
                 one_shot=True,
             )

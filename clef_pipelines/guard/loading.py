@@ -11,9 +11,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clef_pipelines.guard.config import GuardConfig
-
 if TYPE_CHECKING:
+    from clef_pipelines.guard.config import GuardConfig
     from clef_pipelines.guard.model import InjectionGuard
 
 #: The module whose absence means "a build without the guard" rather than a broken install.

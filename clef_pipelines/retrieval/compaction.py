@@ -22,27 +22,37 @@ import asyncio
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clef_pipelines.clef.client import ClefClient
-from clef_pipelines.clef.config import ClefConfig
-from clef_pipelines.guard.config import GuardConfig
-from clef_pipelines.retrieval.config import RetrievalConfig
 from clef_pipelines.retrieval.passage_guard import screen_what_clef_left, screen_with_guard
 from clef_pipelines.retrieval.result import RetrievalResult
 from clef_pipelines.retrieval.steer import steer
 from clef_pipelines.steering.candidates import as_candidates
 
+if TYPE_CHECKING:
+    from clef_pipelines.clef.config import ClefConfig
+    from clef_pipelines.config_light import Section
+    from clef_pipelines.guard.config import GuardConfig
+    from clef_pipelines.retrieval.config import RetrievalConfig
+
+# The settings may be models or `config_light` sections (the CLI's cold path, without
+# pydantic): both are read by attribute, and the models are imported only for a default.
+
 
 def compaction_config(
-    base: RetrievalConfig | None = None,
+    base: RetrievalConfig | Section | None = None,
     *,
     token_budget: int | None = None,
     max_passages: int | None = None,
     gate: bool = False,
-) -> RetrievalConfig:
+) -> RetrievalConfig | Section:
     """Compaction's defaults: drop irrelevant passages, no cap on count but the budget."""
-    cfg = (base or RetrievalConfig()).model_copy(deep=True)
+    if base is None:
+        from clef_pipelines.retrieval.config import RetrievalConfig
+
+        base = RetrievalConfig()
+    cfg = base.model_copy(deep=True)
     cfg.select.drop_irrelevant = True
     cfg.select.max_passages = max_passages or 200
     if token_budget is not None:
@@ -59,11 +69,11 @@ async def acompact(
     token_budget: int | None = None,
     max_passages: int | None = None,
     gate: bool = False,
-    config: RetrievalConfig | None = None,
+    config: RetrievalConfig | Section | None = None,
     client: ClefClient | None = None,
-    clef: ClefConfig | None = None,
+    clef: ClefConfig | Section | None = None,
     data_dir: str | None = None,
-    guard: GuardConfig | None = None,
+    guard: GuardConfig | Section | None = None,
     base_dir: str | Path = ".",
     guard_deadline_s: float | None = None,
     one_shot: bool = False,
@@ -78,7 +88,8 @@ async def acompact(
     have judged what a failing Clef left unjudged (None: no limit); what it has not judged
     by then is withheld as `unscreened`. `one_shot`: a process that compacts once and exits
     (the CLI): the client it makes sends Clef's requests from threads
-    (`clef/backends/http.py`), which starts faster.
+    (`clef/backends/http.py`) and reads plain answers without pydantic (`plain_wire`),
+    which starts faster.
     """
     from clef_pipelines.chunking.tokens import count_tokens
 
@@ -90,21 +101,21 @@ async def acompact(
     result = RetrievalResult(query=query)
     own = client is None
     if client is None:
-        client = ClefClient(clef or ClefConfig(), data_dir=data_dir, http_in_threads=one_shot)
+        client = ClefClient(clef, data_dir=data_dir, http_in_threads=one_shot, plain_wire=one_shot)
     try:
         ask_instructs_ai = cfg.classify.instructs_ai != "never"
         by_clef = clef_judges_instructions(cfg, client, ask_instructs_ai=ask_instructs_ai)
         if by_clef:
             result.instruction_screen = {"judged_by": "clef", "mode": "on"}
         else:
-            await screen_with_guard(result, candidates, guard or GuardConfig(), base_dir)
+            await screen_with_guard(result, candidates, guard_model(guard), base_dir)
         await steer(
             result, candidates, cfg, client, ask_instructs_ai=ask_instructs_ai, run_gate=gate
         )
         if by_clef and result.degraded:
             await screen_what_clef_left(
                 result,
-                guard or GuardConfig(),
+                guard_model(guard),
                 base_dir,
                 deadline_s=guard_deadline_s,
                 started=started,
@@ -116,8 +127,16 @@ async def acompact(
     return result
 
 
+def guard_model(guard: GuardConfig | Section | None) -> GuardConfig:
+    """The guard's settings as the model (its weights are resolved by a method of it)."""
+    from clef_pipelines.config_light import as_model
+    from clef_pipelines.guard.config import GuardConfig
+
+    return GuardConfig() if guard is None else as_model(guard)
+
+
 def clef_judges_instructions(
-    cfg: RetrievalConfig, client: ClefClient, *, ask_instructs_ai: bool
+    cfg: RetrievalConfig | Section, client: ClefClient, *, ask_instructs_ai: bool
 ) -> bool:
     """Whether classification asks Clef `instructs_ai` and selection drops on the answer:
     Clef on, classify and select on, the question not turned off."""

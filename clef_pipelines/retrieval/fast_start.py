@@ -47,6 +47,8 @@ HTTPX_CLI = "httpx._main"
 # httpcore imports its HTTP/2 connection (h2, hpack, hyperframe) whenever h2 is installed;
 # the Clef client speaks HTTP/1.1 only, and httpcore falls back to a stub without h2.
 HTTP2 = ("h2", "hpack", "hyperframe")
+# The Clef client's pacer; its `__init__` reads its version with importlib.metadata.
+PACER_PACKAGE = "aiolimiter"
 
 
 class _DeferredPackage(types.ModuleType):
@@ -115,7 +117,11 @@ def quick_clef_import() -> Iterator[None]:
     """The Clef client's imports on a cold `compact` path: httpx's command-line module (click,
     rich, pygments) and the HTTP/2 packages look uninstalled inside the block, unless
     something imported them already. A one-shot process that only talks HTTP/1.1 to Clef
-    never needs them."""
+    never needs them. aiolimiter's package `__init__` is deferred (`defer_package`): it only
+    reads the package's own version from the installed metadata, which imports
+    `importlib.metadata` (email, csv, zipfile) and scans the distributions; the client imports
+    `aiolimiter.leakybucket` itself."""
+    defer_package(PACER_PACKAGE)
     hidden = [m for m in (HTTPX_CLI, *HTTP2) if m not in sys.modules]
     finder = _Hidden(*hidden)
     sys.meta_path.insert(0, finder)

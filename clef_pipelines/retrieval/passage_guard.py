@@ -22,12 +22,14 @@ import asyncio
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clef_pipelines.guard.config import GuardConfig
 from clef_pipelines.guard.loading import GUARD_MODULE, GuardUnavailable, configured_guard
 from clef_pipelines.retrieval.result import RetrievalResult, StageTrace
 from clef_pipelines.steering.candidates import Candidate
+
+if TYPE_CHECKING:
+    from clef_pipelines.guard.config import GuardConfig
 
 #: What a passage the guard drops says about who decided (as the ingest screen records it).
 DECIDED_BY_GUARD = "guard"

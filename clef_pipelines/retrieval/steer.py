@@ -11,12 +11,11 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clef_pipelines.clef.client import ClefClient
 from clef_pipelines.clef.errors import ClefError
 from clef_pipelines.clef.usage import price_per_token
-from clef_pipelines.retrieval.config import ClassifyConfig, RetrievalConfig, SelectConfig
 from clef_pipelines.retrieval.result import RetrievalResult, StageTrace
 from clef_pipelines.steering.candidates import Candidate
 from clef_pipelines.steering.classify import ClassifyOutcome, WaveHistory, classify
@@ -29,6 +28,9 @@ from clef_pipelines.steering.select import (
     vector_order,
     waves_cannot_settle,
 )
+
+if TYPE_CHECKING:
+    from clef_pipelines.retrieval.config import ClassifyConfig, RetrievalConfig, SelectConfig
 
 Expander = Callable[[list[Candidate]], Awaitable[list[Candidate]]]
 

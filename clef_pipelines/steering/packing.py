@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from clef_pipelines.clef.client import ClefClient
 from clef_pipelines.clef.errors import ClefError
@@ -49,9 +49,14 @@ from clef_pipelines.clef.tokens import (
     question_tokens,
     state_tokens,
 )
-from clef_pipelines.clef.wire import MAX_QUESTIONS, ChoiceAnswer, NoulAnswer, ScoreAnswer
+from clef_pipelines.clef.wire_common import MAX_QUESTIONS
 
-Answer = NoulAnswer | ChoiceAnswer | ScoreAnswer
+if TYPE_CHECKING:
+    from clef_pipelines.clef.wire import ChoiceAnswer, NoulAnswer, ScoreAnswer
+    from clef_pipelines.clef.wire_light import PlainNoulAnswer
+
+    # The models' answers, or `wire_light`'s plain ones (same attributes).
+    Answer = NoulAnswer | ChoiceAnswer | ScoreAnswer | PlainNoulAnswer
 Layout = Literal["state_key", "inline"]
 
 #: Key of the subject texts' prefix in the state; short keys keep the prompt small.
@@ -123,7 +128,7 @@ class PackedResult:
     def noul(self, key: str, ask: str) -> float | None:
         """P(true) of a noul ask about a subject, or None when it was not answered."""
         a = self.answers.get(key, {}).get(ask)
-        return a.noul if isinstance(a, NoulAnswer) else None
+        return a.noul if a is not None and a.type == "noul" else None  # type: ignore[union-attr]
 
 
 @dataclass

@@ -23,9 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from clef_pipelines.retrieval.config import SelectConfig
 from clef_pipelines.steering.candidates import Candidate
+
+if TYPE_CHECKING:
+    from clef_pipelines.retrieval.config import SelectConfig
 
 
 @dataclass

@@ -144,3 +144,59 @@ def test_fast_path_prints_what_the_typer_command_prints(fake: FakeServer, tmp_pa
     assert _run("fast", cases[4], tmp_path)[0] == 2
     assert "no passages" in _run("fast", cases[4], tmp_path)[2]
     assert "did you mean 'clef.cache'?" in _run("fast", cases[6], tmp_path)[2]
+
+
+# What a cold `compact` must not import: pydantic (about 0.5 G instructions, the whole gap to
+# clef-compactor), PyYAML for a JSON config, and no store, embedder or Dagster.
+HEAVY = ("pydantic", "pydantic_core", "yaml", "dagster", "lancedb", "torch", "typer")
+HEAVY += ("clef_pipelines.stores", "clef_pipelines.embedding", "clef_pipelines.config")
+WATCH = textwrap.dedent(
+    f"""
+    import atexit, sys
+    heavy = {HEAVY!r}
+    atexit.register(
+        lambda: print(
+            "IMPORTED", *sorted(m for m in heavy if m in sys.modules), file=sys.stderr
+        )
+    )
+    from clef_pipelines.cli.main import app
+    app(["compact", *sys.argv[1:]])
+    """
+)
+
+
+def test_a_cold_compact_imports_no_pydantic_and_prints_what_the_models_give(
+    fake: FakeServer, tmp_path: Path
+) -> None:
+    """The bench's case (a JSON config) reads its settings and Clef's answers without
+    pydantic; the same run with a setting only the models read (`steering.screen`, at its
+    default) goes through the models and prints the same."""
+    fake.answer_with(judge())
+    clef = {"backend": "self-hosted", "base_url": fake.base_url, "api_key_env": "CLEF_TEST_KEY"}
+    light = {"data_dir": str(tmp_path / "state"), "clef": {**clef, "cache": False}}
+    (tmp_path / "light.json").write_text(json.dumps(light))
+    (tmp_path / "models.json").write_text(json.dumps({**light, "steering": {"screen": {}}}))
+    (tmp_path / "p.jsonl").write_text(
+        "".join(json.dumps({"id": f"d{i}", "text": t}) + "\n" for i, t in enumerate(PASSAGES))
+    )
+    env = {**os.environ, "CLEF_TEST_KEY": "test-key"}
+    env.pop("CLEF_PIPELINES_CONFIG", None)
+    outs = {}
+    for name in ("light", "models"):
+        args = ["-q", QUERY, "-i", "p.jsonl", "--json", "--budget", "200", "-c", f"{name}.json"]
+        proc = subprocess.run(
+            [sys.executable, "-c", WATCH, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr
+        imported = proc.stderr.strip().splitlines()[-1].split()
+        outs[name] = (_untimed(json.loads(proc.stdout)), imported)
+    assert outs["light"][1] == ["IMPORTED"]
+    assert "pydantic" in outs["models"][1]
+    assert outs["light"][0] == outs["models"][0]
+    assert outs["light"][0]["passages"] and outs["light"][0]["dropped"]
+    assert not outs["light"][0]["degraded"]

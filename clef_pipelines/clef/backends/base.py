@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clef_pipelines.clef.tokens import EstimateCounter, TokenCounter
-from clef_pipelines.clef.wire import SystemOneRequest
+
+if TYPE_CHECKING:
+    from clef_pipelines.clef.wire import SystemOneRequest
 
 
 class Backend(ABC):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clef_pipelines.clef.backends.http import HttpBackend, error_for_status
-from clef_pipelines.clef.wire import SystemOneRequest
+
+if TYPE_CHECKING:
+    from clef_pipelines.clef.wire import SystemOneRequest
 
 
 def _detail(data: Any, fallback: str) -> str:
