@@ -105,6 +105,13 @@ def read_config_file(cfg_path: Path) -> dict[str, Any]:
     raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {cfg_path} must hold a mapping at the top level")
+    # YAML reads `1: x` or `true: x` as a number or a boolean key; every setting is named.
+    odd = [key for key in raw if not isinstance(key, str)]
+    if odd:
+        raise ConfigError(
+            f"invalid configuration in {cfg_path}:\n  unknown key {odd[0]!r} "
+            f"(a {type(odd[0]).__name__}: every top-level key is a setting's name)"
+        )
     return raw
 
 

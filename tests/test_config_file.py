@@ -168,3 +168,17 @@ def test_yaml_and_its_errors_still_name_the_file(tmp_path: Path) -> None:
     cfg.write_bytes(b'{"a": "\xff"}')
     with pytest.raises(ConfigError, match=f"cannot read config file {cfg}"):
         read_config_file(cfg)
+
+
+def test_a_top_level_key_that_is_not_a_name_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """YAML reads `1: x` and `true: x` as an int and a bool key; passed on as keyword arguments
+    they crashed every command with "keywords must be strings"."""
+    from clef_pipelines.config import load_settings
+    from clef_pipelines.config_sections import load_compact_settings
+
+    cfg = tmp_path / "clef-pipelines.yaml"
+    for text, key in (("1: x\n", "1"), ("collection: docs\ntrue: x\n", "True")):
+        cfg.write_text(text)
+        for load in (read_config_file, load_settings, load_compact_settings):
+            with pytest.raises(ConfigError, match=f"(?s){cfg}.*unknown key {key}"):
+                load(cfg)
