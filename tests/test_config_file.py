@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from clef_pipelines.config_file import ConfigError, plain_json, read_config_file
+from tests.test_config_light import same
 
 # Texts on both sides of each rule of `plain_json`, and of what YAML 1.1 reads differently.
 CORPUS = [
@@ -60,17 +61,6 @@ CORPUS = [
     "data_dir: /tmp/x\nclef:\n  backend: off\n",
     "{a: 1}",
 ]
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equal values of the same types all the way down (True is not 1, 1.0 is not 1)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(map(same, a, b))
-    return a == b
 
 
 def yaml_reads(text: str) -> tuple[bool, Any]:
