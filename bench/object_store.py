@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
@@ -200,8 +201,6 @@ def _gets_by_area(gets: list[str], bucket: str, mode: str) -> dict[str, int]:
     areas: dict[str, int] = {}
     for path in gets:
         if "list-type=" in path:
-            from urllib.parse import parse_qs, urlsplit
-
             prefix = parse_qs(urlsplit(path).query).get("prefix", [""])[0].split("/")
             area = "listings of " + (
                 f"{mode}/{prefix[1]}" if prefix[0] == mode and len(prefix) > 1 else prefix[0]

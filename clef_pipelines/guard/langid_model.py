@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import tempfile
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +43,12 @@ def _model_file() -> Path:
 
 def cache_folder(model_file: Path | None = None) -> Path:
     """Where the unpacked model of this py3langid lives."""
+    import py3langid
+
     model_file = model_file or _model_file()
     st = model_file.stat()
-    version = metadata.version("py3langid")
+    # The package's own attribute: `importlib.metadata` would scan every installed distribution.
+    version = py3langid.__version__
     return cache_root() / f"py3langid-{version}-{st.st_size}-{st.st_mtime_ns}"
 
 
